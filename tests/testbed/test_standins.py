@@ -1,0 +1,149 @@
+"""The GPU tool stand-ins must print exactly what the real tools print on a GB10."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE.parent / "fixtures" / "gb10"
+BIN = HERE / "standins" / "bin"
+PROFILES = HERE / "standins" / "profiles"
+CAPTURE_TIME = "Wed Dec 31 01:42:54 2025"
+
+
+def load(name: str) -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(BIN / name))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+smi = load("nvidia-smi")
+nvcc = load("nvcc")
+
+
+def profile(name: str = "gb10", **changes: str) -> dict:
+    data = json.loads((PROFILES / f"{name}.json").read_text(encoding="utf-8"))
+    data.update(changes)
+    return data
+
+
+def capture(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def test_table_reproduces_the_capture_byte_for_byte():
+    code, out, _err = smi.run([], profile(driver_version="580.95.05"), CAPTURE_TIME)
+    assert code == 0
+    assert out == capture("nvidia-smi.txt")
+
+
+def test_csv_with_header_reproduces_the_capture():
+    argv = ["--query-gpu=name,driver_version,memory.total", "--format=csv"]
+    code, out, _err = smi.run(argv, profile(driver_version="580.95.05"), "")
+    assert (code, out) == (0, capture("nvidia-smi-query-name-driver-memory.csv"))
+
+
+def test_csv_noheader_reproduces_the_capture():
+    argv = ["--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"]
+    code, out, _err = smi.run(argv, profile(driver_version="580.159.03"), "")
+    assert (code, out) == (0, capture("nvidia-smi-query-name-driver-computecap.noheader.csv"))
+
+
+def test_list_reproduces_the_capture():
+    assert smi.run(["-L"], profile(), "")[1] == capture("nvidia-smi-L.txt")
+
+
+def test_nvcc_reproduces_the_capture():
+    assert nvcc.run(["--version"], profile()) == (0, capture("nvcc-version.txt"))
+
+
+def test_nvcc_without_input_fails_like_the_real_one():
+    code, out = nvcc.run([], profile())
+    assert code == 1
+    assert out.startswith("nvcc fatal   : No input files specified")
+
+
+def test_gb10_profile_is_driver_580_142_cuda_13_0():
+    code, out, _err = smi.run([], profile(), CAPTURE_TIME)
+    assert code == 0
+    assert "| NVIDIA-SMI 580.142                Driver Version: 580.142        CUDA Version: 13.0     |" in out
+
+
+@pytest.mark.parametrize(
+    ("fmt", "want"),
+    [
+        ("csv", "memory.total [MiB], memory.used [MiB], utilization.gpu [%]\n81559 MiB, 1 MiB, 0 %\n"),
+        ("csv,nounits", "memory.total, memory.used, utilization.gpu\n81559, 1, 0\n"),
+        ("csv,noheader,nounits", "81559, 1, 0\n"),
+    ],
+)
+def test_units_follow_the_format_options_on_a_discrete_gpu(fmt, want):
+    argv = ["--query-gpu=memory.total,memory.used,utilization.gpu", f"--format={fmt}"]
+    assert smi.run(argv, profile("h100"), "") == (0, want, "")
+
+
+def test_unknown_field_is_refused_like_the_real_tool():
+    code, out, _err = smi.run(["--query-gpu=name,vram", "--format=csv"], profile(), "")
+    assert code == 2
+    assert out == 'Field "vram" is not a valid field to query.\n'
+
+
+def test_query_without_csv_format_is_refused():
+    assert smi.run(["--query-gpu=name"], profile(), "")[0] == 2
+
+
+def test_no_gpu_profile_fails_like_a_box_without_the_driver():
+    for argv in ([], ["-L"], ["--query-gpu=name", "--format=csv"]):
+        code, out, _err = smi.run(argv, profile("no-gpu"), "")
+        assert code == 9
+        assert "couldn't communicate with the NVIDIA driver" in out
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in PROFILES.glob("*.json")))
+def test_every_profile_renders_aligned_tables(name):
+    data = profile(name)
+    if not data["driver_loaded"]:
+        pytest.skip("no table without a driver")
+    out = smi.run([], data, CAPTURE_TIME)[1]
+    widths = {len(line) for line in out.splitlines()[1:] if line}
+    assert widths == {91}
+
+
+def test_profile_tool_switches_profile_toolkit_and_driver_file(tmp_path):
+    (tmp_path / "usr/lib/sparkfleet-sim").mkdir(parents=True)
+    (tmp_path / "usr/lib/sparkfleet-sim/profiles").symlink_to(PROFILES)
+    (tmp_path / "usr/local").mkdir(parents=True)
+    env = {**os.environ, "SPARKFLEET_SIM_ROOT": str(tmp_path)}
+
+    def select(name: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, str(BIN / "simspark-profile"), name]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+
+    assert select("gb10").returncode == 0
+    assert (tmp_path / "usr/local/cuda-13.0/bin/nvcc").is_symlink()
+    version_file = tmp_path / "var/lib/sparkfleet-sim/proc/driver/nvidia/version"
+    assert version_file.read_text(encoding="utf-8") == capture("proc-driver-nvidia-version.txt")
+
+    assert select("old-driver").returncode == 0
+    assert not (tmp_path / "usr/local/cuda-13.0").exists()
+    assert os.readlink(tmp_path / "usr/local/cuda") == "cuda-12.2"
+    assert "535.247.01" in version_file.read_text(encoding="utf-8")
+
+    assert select("no-gpu").returncode == 0
+    assert not version_file.exists()
+    assert (tmp_path / "etc/sparkfleet-sim/profile").read_text(encoding="utf-8") == "no-gpu\n"
+
+    refused = select("rtx9090")
+    assert refused.returncode == 2
+    assert "unknown profile 'rtx9090'" in refused.stderr
