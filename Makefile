@@ -8,9 +8,13 @@ PYVER := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.ve
 AT_ROOT ?= /tmp/sparkfleet-ansible-test/$(notdir $(CURDIR))
 AT_DIR := $(AT_ROOT)/ansible_collections/sparkfleet/serving
 
-.PHONY: test lint sanity units pytest molecule link collection demo demo-clean clean
+.PHONY: importer test setup lint sanity units pytest molecule link collection demo demo-clean clean
 
-test: lint pytest sanity units molecule
+test: lint pytest sanity units collection importer molecule
+
+# Fresh machine: apt packages, pinned Python toolchain, a running Docker engine.
+setup:
+	bash .ci/setup
 
 link:
 	@mkdir -p .ansible/collections/ansible_collections/sparkfleet
@@ -43,13 +47,29 @@ units: $(AT_DIR)
 molecule: link
 	molecule test --all
 
+# Build the tarball, install it where nothing else is, and load the installed copy's
+# site playbook: what a user gets from `ansible-galaxy collection install`.
+INSTALL_DIR ?= /tmp/sparkfleet-install/$(notdir $(CURDIR))
 collection:
-	ansible-galaxy collection build --force
+	ansible-galaxy collection build --force --output-path $(INSTALL_DIR)/dist
+	rm -rf $(INSTALL_DIR)/collections
+	ansible-galaxy collection install --no-deps --force -p $(INSTALL_DIR)/collections \
+	    $(INSTALL_DIR)/dist/sparkfleet-serving-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
+	cd $(INSTALL_DIR) && ANSIBLE_COLLECTIONS_PATH=$(INSTALL_DIR)/collections \
+	    ansible-playbook -i localhost, sparkfleet.serving.site --syntax-check
+
+# What Galaxy runs on every upload, in a venv of its own (it pins its own tools).
+IMPORTER_VENV ?= /tmp/sparkfleet-importer-venv
+importer: collection
+	test -x $(IMPORTER_VENV)/bin/python || $(PYTHON) -m venv $(IMPORTER_VENV)
+	$(IMPORTER_VENV)/bin/pip install -q --disable-pip-version-check galaxy-importer==0.4.44
+	GALAXY_IMPORTER_CONFIG=$(CURDIR)/tests/galaxy/importer.cfg $(IMPORTER_VENV)/bin/python -m galaxy_importer.main \
+	    $(INSTALL_DIR)/dist/sparkfleet-serving-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
 
 # The main job against a simulated Spark, for when there is no real one: builds the
 # test-bed image, starts one simulated Spark and runs the site playbook on it. It stays
 # up for you to look at (`molecule login -s default`) until `make demo-clean`.
-demo: link
+demo: setup link
 	molecule create -s default && molecule prepare -s default --force && molecule converge -s default
 
 demo-clean:
