@@ -145,7 +145,8 @@ def test_profile_tool_switches_profile_toolkit_and_driver_file(tmp_path):
     assert "535.247.01" in version_file.read_text(encoding="utf-8")
 
     assert select("h100").returncode == 0
-    assert "MemTotal:       2113467392 kB\n" in (tmp_path / "var/lib/sparkfleet-sim/proc/meminfo").read_text(encoding="utf-8")
+    h100_meminfo = (tmp_path / "var/lib/sparkfleet-sim/proc/meminfo").read_text(encoding="utf-8")
+    assert "MemTotal:       2113467392 kB\n" in h100_meminfo
 
     assert select("no-gpu").returncode == 0
     assert not version_file.exists()
