@@ -90,8 +90,9 @@ def check_toolkit(facts: dict, required: str) -> list[dict]:
     if _at_least(found, required):
         return []
     shown = f"{found} ({toolkit.get('path')})" if found else "none (no nvcc on PATH or under /usr/local/cuda*/bin)"
-    major, _, minor = required.partition(".")
-    fix = f"install the CUDA toolkit (`sudo apt install cuda-toolkit-{major}-{minor or '0'}`)"
+    parts = required.split(".")
+    package = f"cuda-toolkit-{parts[0]}-{parts[1] if len(parts) > 1 else '0'}"
+    fix = f"install the CUDA toolkit (`sudo apt install {package}`)"
     return [problem("CUDA toolkit (nvcc)", shown, f">= {required}", fix)]
 
 

@@ -335,7 +335,8 @@ def main() -> None:
             "gpu_memory_utilization": {"type": "float", "default": 0.9},
             "max_model_len": {"type": "int"},
             "max_num_seqs": {"type": "int"},
-            "max_num_batched_tokens": {"type": "int"},
+            # a count of tokens, not a secret
+            "max_num_batched_tokens": {"type": "int", "no_log": False},
             "kv_cache_dtype": {"type": "str", "default": "auto"},
             "enforce_eager": {"type": "bool", "default": False},
             "shm_size": {"type": "str"},

@@ -53,8 +53,8 @@ LLAMA_8B_CONFIG = {
 }
 
 
-def plan(facts: dict = SPARK, **changes) -> dict:
-    return check_plan({**RECIPE, **changes}, facts)
+def plan(facts: dict | None = None, **changes) -> dict:
+    return check_plan({**RECIPE, **changes}, SPARK if facts is None else facts)
 
 
 def rules(result: dict, severity: str | None = None) -> set[str]:
