@@ -197,11 +197,13 @@ def read_text(path: str) -> str | None:
 
 
 def run(module: AnsibleModule, argv: list[str]) -> tuple[int | None, str, str]:
-    timeout = module.params["command_timeout"]
-    try:
-        rc, out, err = module.run_command(["timeout", str(timeout), *argv], environ_update={"LC_ALL": "C"})
-    except OSError as exc:
-        return None, "", str(exc)
+    """Run a tool with a time limit; rc None when it cannot be started at all."""
+    if not os.access(argv[0], os.X_OK):
+        return None, "", f"{argv[0]}: not an executable file"
+    # A hung driver must not hang the play; without coreutils' timeout, run it plainly.
+    limit = module.get_bin_path("timeout")
+    prefix = [limit, str(module.params["command_timeout"])] if limit else []
+    rc, out, err = module.run_command([*prefix, *argv], environ_update={"LC_ALL": "C"})
     return rc, out, err
 
 

@@ -86,6 +86,13 @@ def test_gpu_facts_without_a_driver_does_not_fail(tmp_path, capsys):
     assert facts["reason"].startswith("NVIDIA driver not loaded")
 
 
+def test_gpu_facts_with_a_missing_nvidia_smi_path(tmp_path, capsys):
+    args = {"nvidia_smi": str(tmp_path / "no/nvidia-smi"), "cuda_search_globs": []}
+    code, result = run_module(gpu_facts, args, capsys)
+    assert code == 0
+    assert result["ansible_facts"]["sparkfleet_gpu"]["reason"].startswith("nvidia-smi not found")
+
+
 def test_gpu_requirements_fails_with_every_problem_and_reports_without_failing(gb10_box, capsys):
     _code, facts_result = run_module(gpu_facts, gb10_box, capsys)
     facts = facts_result["ansible_facts"]["sparkfleet_gpu"]
