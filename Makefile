@@ -8,6 +8,13 @@ PYVER := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.ve
 AT_ROOT ?= /tmp/sparkfleet-ansible-test/$(notdir $(CURDIR))
 AT_DIR := $(AT_ROOT)/ansible_collections/sparkfleet/serving
 
+# ~/.ansible is shared by every checkout on a machine, and Molecule installs the collection
+# into $ANSIBLE_HOME/collections, which ansible-lint and Molecule search first: keep it in
+# this checkout, where `make link` points sparkfleet.serving at the working tree (Molecule
+# then skips its install). The remote temporary directory stays the usual one.
+export ANSIBLE_HOME := $(CURDIR)/.ansible
+export ANSIBLE_REMOTE_TMP := ~/.ansible/tmp
+
 .PHONY: importer test setup lint sanity units pytest molecule link collection demo demo-clean clean
 
 test: lint pytest sanity units collection importer molecule

@@ -135,10 +135,18 @@ def test_profile_tool_switches_profile_toolkit_and_driver_file(tmp_path):
     version_file = tmp_path / "var/lib/sparkfleet-sim/proc/driver/nvidia/version"
     assert version_file.read_text(encoding="utf-8") == capture("proc-driver-nvidia-version.txt")
 
+    meminfo = (tmp_path / "var/lib/sparkfleet-sim/proc/meminfo").read_text(encoding="utf-8")
+    assert meminfo.startswith("MemTotal:       127601248 kB\nMemFree:        ")
+    assert "\nMemAvailable:   123773210 kB\n" in meminfo
+
     assert select("old-driver").returncode == 0
     assert not (tmp_path / "usr/local/cuda-13.0").exists()
     assert os.readlink(tmp_path / "usr/local/cuda") == "cuda-12.2"
     assert "535.247.01" in version_file.read_text(encoding="utf-8")
+
+    assert select("h100").returncode == 0
+    h100_meminfo = (tmp_path / "var/lib/sparkfleet-sim/proc/meminfo").read_text(encoding="utf-8")
+    assert "MemTotal:       2113467392 kB\n" in h100_meminfo
 
     assert select("no-gpu").returncode == 0
     assert not version_file.exists()

@@ -1,0 +1,391 @@
+#!/usr/bin/python
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: serving_plan
+short_description: Check vLLM settings against the box before serving a model
+version_added: 0.1.0
+author: sparkfleet maintainers (@sparkfleet)
+description:
+  - Checks a vLLM serving plan (model, precision, memory budget, context length, KV cache,
+    Docker shared memory, served name) against the box's memory and GPU, and returns
+    errors and warnings for every known vLLM-on-DGX-Spark pitfall.
+  - "Errors (the plan is refused): weights that leave too little unified memory (BF16
+    Qwen3.5-35B on a 128 GB Spark), fp8 KV cache on a hybrid Mamba / linear-attention model
+    when max_num_batched_tokens is below vLLM's aligned block size, missing or too small
+    shm_size, gpu_memory_utilization above O(max_utilization) on unified memory,
+    max_model_len above the KV-cache capacity or the model's maximum."
+  - "Warnings: enforce_eager off on unified memory, NVFP4 checkpoints on GB10 (vLLM issue
+    35519), gpu_memory_utilization above O(warn_utilization) on unified memory, shm_size
+    below the recommended 16g, no served_model_name, unknown weights size."
+  - The KV-cache capacity of Qwen3.5-35B-A3B-FP8 on a 128 GB Spark comes from field
+    measurements (0.75 -> ~41K tokens, 0.80 -> ~45K, 0.85 -> ~50K, 0.90 -> ~54K, interpolated
+    between). For other models it is estimated from C(config.json) in O(model_path) and
+    labelled as an estimate (RV(estimate), RV(capacity_source)).
+options:
+  model:
+    description:
+      - The model id (for example V(Qwen/Qwen3.5-35B-A3B-FP8)) or path vLLM is given.
+    type: str
+    required: true
+  model_path:
+    description:
+      - Directory of the weights on the box. When it holds C(config.json) the architecture
+        numbers come from there, and the C(*.safetensors) sizes give the weights size.
+    type: path
+  quantization:
+    description:
+      - vLLM C(--quantization) (for example V(fp8), V(awq), V(modelopt_fp4)). Empty when the
+        checkpoint says it.
+    type: str
+  dtype:
+    description:
+      - vLLM C(--dtype).
+    type: str
+    default: auto
+  gpu_memory_utilization:
+    description:
+      - vLLM C(--gpu-memory-utilization).
+    type: float
+    default: 0.9
+  max_model_len:
+    description:
+      - vLLM C(--max-model-len). Unset means the model's maximum.
+    type: int
+  max_num_seqs:
+    description:
+      - vLLM C(--max-num-seqs) (reported, not checked).
+    type: int
+  max_num_batched_tokens:
+    description:
+      - vLLM C(--max-num-batched-tokens). Unset means vLLM's default (2048 in the field report).
+    type: int
+  kv_cache_dtype:
+    description:
+      - vLLM C(--kv-cache-dtype).
+    type: str
+    default: auto
+  enforce_eager:
+    description:
+      - Whether vLLM runs with C(--enforce-eager).
+    type: bool
+    default: false
+  shm_size:
+    description:
+      - Docker C(--shm-size) of the vLLM container, in Docker's form (V(16g), V(512m)).
+        Empty means Docker's 64 MB default.
+    type: str
+  served_model_name:
+    description:
+      - vLLM C(--served-model-name); clients must send exactly this as C(model).
+    type: str
+  unified_memory:
+    description:
+      - Whether the GPU shares system memory (GB10). Taken from O(gpu_facts) when not given.
+    type: bool
+  mem_total_bytes:
+    description:
+      - Total memory (MemTotal) in bytes. Taken from O(gpu_facts), else read from O(meminfo_path).
+    type: int
+  weights_bytes:
+    description:
+      - Size of the weights in bytes, when known better than from O(model_path) or the field report.
+    type: int
+  gpu_facts:
+    description:
+      - C(ansible_facts.sparkfleet_gpu) from M(sparkfleet.serving.gpu_facts), for GPU names,
+        compute capabilities, unified memory and memory size.
+    type: dict
+  meminfo_path:
+    description:
+      - Where MemTotal is read when neither O(mem_total_bytes) nor O(gpu_facts) gives it.
+    type: path
+    default: /proc/meminfo
+  min_free_after_weights_bytes:
+    description:
+      - Unified memory that must remain after the weights are loaded.
+    type: int
+    default: 68719476736
+  warn_utilization:
+    description:
+      - On unified memory, a higher O(gpu_memory_utilization) is a warning.
+    type: float
+    default: 0.85
+  max_utilization:
+    description:
+      - On unified memory, a higher O(gpu_memory_utilization) is an error.
+    type: float
+    default: 0.95
+  min_shm_size:
+    description:
+      - Smaller O(shm_size) is an error.
+    type: str
+    default: 2g
+  recommended_shm_size:
+    description:
+      - Smaller O(shm_size) is a warning.
+    type: str
+    default: 16g
+  report_warnings:
+    description:
+      - Also emit the warnings as Ansible warnings. The preflight role turns this off and
+        prints each warning once in its summary.
+    type: bool
+    default: true
+  fail_on_error:
+    description:
+      - Fail when the plan has an error. With V(false) the errors are only returned.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing changes.
+seealso:
+  - module: sparkfleet.serving.gpu_facts
+  - name: vLLM issue 35519 (NVFP4 on GB10)
+    description: cudaErrorIllegalInstruction with NVFP4 kernels on GB10.
+    link: https://github.com/vllm-project/vllm/issues/35519
+"""
+
+EXAMPLES = r"""
+- name: Check the known-good DGX Spark plan
+  sparkfleet.serving.serving_plan:
+    model: Qwen/Qwen3.5-35B-A3B-FP8
+    model_path: /srv/models/Qwen3.5-35B-A3B-FP8
+    gpu_memory_utilization: 0.75
+    max_model_len: 16384
+    max_num_seqs: 16
+    max_num_batched_tokens: 16384
+    enforce_eager: true
+    shm_size: 16g
+    served_model_name: qwen3.5-35b
+    gpu_facts: "{{ ansible_facts['sparkfleet_gpu'] }}"
+
+- name: Only report, do not fail
+  sparkfleet.serving.serving_plan:
+    model: Qwen/Qwen3.5-35B-A3B-FP8
+    gpu_memory_utilization: 0.80
+    max_model_len: 65536
+    unified_memory: true
+    mem_total_bytes: 130663677952
+    shm_size: 16g
+    fail_on_error: false
+  register: plan
+"""
+
+RETURN = r"""
+errors:
+  description: Why the plan would fail on this box; each says what to change.
+  returned: always
+  type: list
+  elements: str
+  sample: ["max_model_len 65536 is above the KV-cache capacity of ~45000 tokens at gpu_memory_utilization 0.8 (...)"]
+warnings_found:
+  description: Risks the plan accepts (also emitted as Ansible warnings).
+  returned: always
+  type: list
+  elements: str
+  sample: ["gpu_memory_utilization 0.9 is above 0.85 on unified memory: ..."]
+findings:
+  description: Every error and warning with its rule id and severity.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{severity: error, rule: shm_size_missing, message: "shm_size is not set: ..."}]
+kv_capacity_tokens:
+  description: KV-cache capacity in tokens at the given utilisation, or null when it cannot be told.
+  returned: always
+  type: int
+  sample: 41072
+estimate:
+  description: Whether RV(kv_capacity_tokens) is an estimate rather than a field measurement.
+  returned: always
+  type: bool
+  sample: false
+capacity_source:
+  description: Where RV(kv_capacity_tokens) comes from.
+  returned: always
+  type: str
+  sample: "field report (measured): Qwen3.5-35B-A3B-FP8 on a 128 GB DGX Spark, KV dtype auto"
+capacity_confidence:
+  description: high (field measurement), medium (extrapolated or estimated), low (estimate for a hybrid model), none.
+  returned: always
+  type: str
+  sample: high
+weights_bytes:
+  description: Weights size used for the checks, or null.
+  returned: always
+  type: int
+  sample: 36743401472
+weights_source:
+  description: Where RV(weights_bytes) comes from.
+  returned: always
+  type: str
+  sample: field report
+precision:
+  description: Precision of the checkpoint's weights (fp8, nvfp4, int4, int8, bf16, fp16, fp32).
+  returned: always
+  type: str
+  sample: fp8
+hybrid:
+  description: Whether the model mixes attention with state-space / linear-attention layers.
+  returned: always
+  type: bool
+  sample: true
+aligned_block_size:
+  description: vLLM's block size for a hybrid model with this KV cache dtype, or null.
+  returned: always
+  type: int
+  sample: 1056
+box:
+  description: >-
+    The box facts the plan was checked against (unified_memory, mem_total_bytes, gpu_names,
+    compute_caps, gpu_memory_total_bytes).
+  returned: always
+  type: dict
+  sample: {unified_memory: true, mem_total_bytes: 130663677952, gpu_names: [NVIDIA GB10], compute_caps: ['12.1'],
+           gpu_memory_total_bytes: null}
+config_source:
+  description: Where the architecture numbers come from (config.json, built-in, none).
+  returned: always
+  type: str
+  sample: built-in
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts import parse_meminfo
+from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import check_plan, parse_size
+
+SETTINGS = (
+    "model",
+    "model_path",
+    "quantization",
+    "dtype",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "kv_cache_dtype",
+    "enforce_eager",
+    "shm_size",
+    "served_model_name",
+    "weights_bytes",
+)
+
+
+def read_model_dir(path: str | None) -> tuple[dict | None, int | None]:
+    """config.json as a dict and the bytes of the safetensors files, when they are there."""
+    if not path or not os.path.isdir(path):
+        return None, None
+    config = None
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):
+        config = None
+    total = 0
+    for entry in os.scandir(path):
+        if entry.name.endswith(".safetensors") and entry.is_file():
+            total += entry.stat().st_size
+    return config, total or None
+
+
+def box_facts(module: AnsibleModule) -> dict:
+    params = module.params
+    gpu = params["gpu_facts"] or {}
+    memory = gpu.get("memory") or {}
+    mem_total = params["mem_total_bytes"] or memory.get("total_bytes")
+    if not mem_total:
+        try:
+            with open(params["meminfo_path"], encoding="utf-8") as handle:
+                mem_total = parse_meminfo(handle.read())["total_bytes"]
+        except OSError:
+            mem_total = None
+    unified = params["unified_memory"] if params["unified_memory"] is not None else gpu.get("unified_memory")
+    gpu_mib = [g.get("memory_total_mib") for g in gpu.get("gpus") or [] if g.get("memory_total_mib")]
+    return {
+        "unified_memory": unified,
+        "mem_total_bytes": mem_total,
+        "gpu_names": gpu.get("names") or [],
+        "compute_caps": gpu.get("compute_caps") or [],
+        "gpu_memory_total_bytes": min(gpu_mib) * 1024 * 1024 if gpu_mib else None,
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "model": {"type": "str", "required": True},
+            "model_path": {"type": "path"},
+            "quantization": {"type": "str"},
+            "dtype": {"type": "str", "default": "auto"},
+            "gpu_memory_utilization": {"type": "float", "default": 0.9},
+            "max_model_len": {"type": "int"},
+            "max_num_seqs": {"type": "int"},
+            # a count of tokens, not a secret
+            "max_num_batched_tokens": {"type": "int", "no_log": False},
+            "kv_cache_dtype": {"type": "str", "default": "auto"},
+            "enforce_eager": {"type": "bool", "default": False},
+            "shm_size": {"type": "str"},
+            "served_model_name": {"type": "str"},
+            "unified_memory": {"type": "bool"},
+            "mem_total_bytes": {"type": "int"},
+            "weights_bytes": {"type": "int"},
+            "gpu_facts": {"type": "dict"},
+            "meminfo_path": {"type": "path", "default": "/proc/meminfo"},
+            "min_free_after_weights_bytes": {"type": "int", "default": 64 * 1024**3},
+            "warn_utilization": {"type": "float", "default": 0.85},
+            "max_utilization": {"type": "float", "default": 0.95},
+            "min_shm_size": {"type": "str", "default": "2g"},
+            "recommended_shm_size": {"type": "str", "default": "16g"},
+            "report_warnings": {"type": "bool", "default": True},
+            "fail_on_error": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    settings = {name: params[name] for name in SETTINGS}
+    settings["model_config"], settings["weights_on_disk_bytes"] = read_model_dir(params["model_path"])
+    try:
+        thresholds = {
+            "min_free_after_weights_bytes": params["min_free_after_weights_bytes"],
+            "warn_utilization": params["warn_utilization"],
+            "max_utilization": params["max_utilization"],
+            "min_shm_bytes": parse_size(params["min_shm_size"]),
+            "recommended_shm_bytes": parse_size(params["recommended_shm_size"]),
+        }
+    except ValueError as exc:
+        module.fail_json(msg=f"threshold: {exc}")
+    facts = box_facts(module)
+    result = check_plan(settings, facts, thresholds)
+    if facts["unified_memory"] is None:
+        result["warnings"].append(
+            "unified memory unknown (give unified_memory or gpu_facts): memory checks assume a discrete GPU"
+        )
+    for warning in result["warnings"] if module.params["report_warnings"] else []:
+        module.warn(warning)
+    output = {key: value for key, value in result.items() if key != "warnings"}
+    output["warnings_found"] = result["warnings"]
+    output["box"] = facts
+    if result["errors"] and params["fail_on_error"]:
+        lines = [f"serving plan for {params['model']} has {len(result['errors'])} error(s):"]
+        lines += [f"  - {error}" for error in result["errors"]]
+        module.fail_json(msg="\n".join(lines), changed=False, **output)
+    module.exit_json(changed=False, **output)
+
+
+if __name__ == "__main__":
+    main()
