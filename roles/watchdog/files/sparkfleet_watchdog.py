@@ -19,6 +19,13 @@ The /proc root, the Docker socket and the clock are injectable for deterministic
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":
+    # The daemon speaks plain HTTP over a unix socket: without this, http.client would
+    # load OpenSSL (about 5 MB resident) for HTTPS it never uses.
+    sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
+
 import argparse
 import ctypes
 import dataclasses
@@ -30,7 +37,6 @@ import resource
 import select
 import signal
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -156,7 +162,8 @@ def parse_config(raw: Any) -> Config:
     """Validates a decoded config document and returns the Config it describes."""
     if not isinstance(raw, dict):
         raise ConfigError(f"the config is a {type(raw).__name__}; expected a JSON object")
-    unknown = sorted(set(raw) - TOP_KEYS - set(CONTAINER_DEFAULTS))
+    # Keys starting with "_" are comments (the role notes that Ansible manages the file).
+    unknown = sorted(key for key in set(raw) - TOP_KEYS - set(CONTAINER_DEFAULTS) if not str(key).startswith("_"))
     if unknown:
         raise ConfigError(f"unknown keys {unknown}; expected some of {sorted(TOP_KEYS | set(CONTAINER_DEFAULTS))}")
     values: dict[str, Any] = {}
@@ -726,8 +733,9 @@ class Watchdog:
 
 
 def lock_memory() -> str:
-    """mlockall so that the watchdog is not paged out when memory is short. MCL_FUTURE
-    only where the lock limit cannot make later allocations fail."""
+    """mlockall so that the watchdog is not paged out when memory is short. ON_FAULT locks
+    pages as they are used instead of reading in every mapped library at once; FUTURE only
+    where the lock limit cannot make later allocations fail."""
     mcl_current, mcl_future, mcl_onfault = 1, 2, 4
     libc = ctypes.CDLL(None, use_errno=True)
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
@@ -735,13 +743,13 @@ def lock_memory() -> str:
         cap_eff = next((int(line.split()[1], 16) for line in handle if line.startswith("CapEff:")), 0)
     unlimited = soft == resource.RLIM_INFINITY or bool(cap_eff & (1 << 14))  # CAP_IPC_LOCK
     attempts = [(mcl_current | mcl_future | mcl_onfault, "current+future")] if unlimited else []
-    attempts.append((mcl_current, "current"))
+    attempts.append((mcl_current | mcl_onfault, "current"))
     errors = []
     for flags, label in attempts:
         if libc.mlockall(flags) == 0:
             return label
         errors.append(os.strerror(ctypes.get_errno()))
-    return "not locked (" + "; ".join(errors) + ")"
+    return "not locked (" + "; ".join(errors) + f"; RLIMIT_MEMLOCK {soft} bytes, no CAP_IPC_LOCK)"
 
 
 def main(argv: list[str] | None = None) -> int:
