@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -115,8 +116,9 @@ def test_the_daemon_stops_the_container_when_memory_crosses_the_threshold(tmp_pa
                 assert docker.actions() == []
             else:
                 assert docker.wait_for(lambda: docker.actions("stop"), 5), "no stop request within 5 s"
-                # Real clock, real polling: the stop follows the crossing within a second.
-                assert docker.actions("stop")[0].at - crossed < 1.0
+                # Real clock, real polling (1 s far from the threshold, then three samples
+                # 50 ms apart): the stop follows the crossing promptly, load permitting.
+                assert docker.actions("stop")[0].at - crossed < 2.5
                 assert not docker.containers["vllm"].running
                 assert docker.wait_for(lambda: "cooldown" in _state(textfile), 5)
         finally:
@@ -146,9 +148,16 @@ def test_journal_priority_prefix_under_systemd(tmp_path):
     env = {**os.environ, "JOURNAL_STREAM": "8:12345"}
     daemon = subprocess.Popen([sys.executable, "-I", "-B", str(PROGRAM), "--config", config, "--no-mlock"],
                               stdout=subprocess.PIPE, text=True, env=env)
-    time.sleep(1.0)
-    daemon.send_signal(signal.SIGTERM)
-    out, _ = daemon.communicate(timeout=10)
-    lines = out.splitlines()
+    lines = []
+    try:
+        deadline = time.monotonic() + 20
+        while not any("docker_unavailable" in line for line in lines) and time.monotonic() < deadline:
+            if select.select([daemon.stdout], [], [], 0.5)[0]:
+                lines.append(daemon.stdout.readline())
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        out, _ = daemon.communicate(timeout=10)
+    lines += out.splitlines()
     assert lines[0].startswith('<6>{"event":"start"')
     assert any(line.startswith('<3>{"event":"docker_unavailable"') for line in lines)
+    assert lines[-1].startswith('<6>{"event":"exit"')
