@@ -166,7 +166,7 @@ def main() -> int:
                                   "ramp_rate_pct_per_s": round(rate_pct_s, 2)}
     try:
         for mode in args.modes.split(","):
-            latencies = [bench.trial(mode, rate_pct_s) for _ in range(args.trials)]
+            latencies = [bench.trial(mode, rate_pct_s) for _trial in range(args.trials)]
             results[f"latency_{mode}"] = summary(latencies)
             if not args.json:
                 print(f"{mode}: {results[f'latency_{mode}']}", flush=True)

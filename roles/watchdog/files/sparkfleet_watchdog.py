@@ -230,7 +230,7 @@ def read_meminfo(proc_root: str) -> MemSample:
         data = handle.read(8192)
     fields: dict[bytes, int] = {}
     for line in data.split(b"\n"):
-        key, _, rest = line.partition(b":")
+        key, _sep, rest = line.partition(b":")
         if key in (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree"):
             fields[key] = int(rest.split()[0])
     if fields.get(b"MemTotal", 0) <= 0 or b"MemAvailable" not in fields:
@@ -249,9 +249,9 @@ def read_psi(proc_root: str) -> dict[str, float] | None:
         return None
     psi = {}
     for line in text.splitlines():
-        kind, _, rest = line.partition(" ")
+        kind, _sep, rest = line.partition(" ")
         for item in rest.split():
-            key, _, value = item.partition("=")
+            key, _sep, value = item.partition("=")
             if key == "avg10":
                 psi[f"psi_{kind}_avg10"] = float(value)
     return psi
@@ -325,7 +325,7 @@ class PendingRequest:
         """The HTTP status once the answer is there, else None (never blocks long)."""
         if self.conn.sock is None:
             raise DockerError("connection closed before the answer")
-        readable, _, _ = select.select([self.conn.sock], [], [], 0)
+        readable = select.select([self.conn.sock], [], [], 0)[0]
         if not readable:
             return None
         try:
@@ -666,7 +666,7 @@ class Watchdog:
             if w.state == STOPPING:
                 return fast
             if w.state == ARMED:
-                _, limit = self.threshold(w)
+                limit = self.threshold(w)[1]
                 room = limit - sample.used_pct
                 headroom = room if headroom is None else min(headroom, room)
         if headroom is None:
@@ -738,7 +738,7 @@ def lock_memory() -> str:
     where the lock limit cannot make later allocations fail."""
     mcl_current, mcl_future, mcl_onfault = 1, 2, 4
     libc = ctypes.CDLL(None, use_errno=True)
-    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
     with open("/proc/self/status", encoding="ascii") as handle:
         cap_eff = next((int(line.split()[1], 16) for line in handle if line.startswith("CapEff:")), 0)
     unlimited = soft == resource.RLIM_INFINITY or bool(cap_eff & (1 << 14))  # CAP_IPC_LOCK

@@ -156,7 +156,7 @@ def test_journal_priority_prefix_under_systemd(tmp_path):
                 lines.append(daemon.stdout.readline())
     finally:
         daemon.send_signal(signal.SIGTERM)
-        out, _ = daemon.communicate(timeout=10)
+        out = daemon.communicate(timeout=10)[0]
     lines += out.splitlines()
     assert lines[0].startswith('<6>{"event":"start"')
     assert any(line.startswith('<3>{"event":"docker_unavailable"') for line in lines)
