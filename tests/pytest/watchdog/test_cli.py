@@ -16,6 +16,9 @@ import pytest
 from conftest import PROGRAM, wd
 from fakes import FakeDocker, FakeProc
 
+# The interpreter the daemon runs on (e.g. WATCHDOG_PYTHON=python3.12 for Ubuntu 24.04's).
+PYTHON = os.environ.get("WATCHDOG_PYTHON", sys.executable)
+
 
 def write_config(path, **values) -> str:
     path.write_text(json.dumps(values), encoding="utf-8")
@@ -23,7 +26,7 @@ def write_config(path, **values) -> str:
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-I", "-B", str(PROGRAM), *args], capture_output=True, text=True,
+    return subprocess.run([PYTHON, "-I", "-B", str(PROGRAM), *args], capture_output=True, text=True,
                           timeout=30, check=False)
 
 
@@ -103,7 +106,7 @@ def test_the_daemon_stops_the_container_when_memory_crosses_the_threshold(tmp_pa
                           inspect_interval_s=0.2)
     with FakeDocker(f"{short_dir}/docker.sock") as docker:
         docker.run("vllm", time.time() - 3600)
-        args = [sys.executable, "-I", "-B", str(PROGRAM), "--config", config] + (["--dry-run"] if dry_run else [])
+        args = [PYTHON, "-I", "-B", str(PROGRAM), "--config", config] + (["--dry-run"] if dry_run else [])
         daemon = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert docker.wait_for(lambda: any(c.path.endswith("/json") for c in docker.calls), 10)
@@ -146,7 +149,7 @@ def test_journal_priority_prefix_under_systemd(tmp_path):
     proc = FakeProc(tmp_path / "proc")
     config = write_config(tmp_path / "c.json", proc_root=str(proc.root), docker_socket=str(tmp_path / "none"))
     env = {**os.environ, "JOURNAL_STREAM": "8:12345"}
-    daemon = subprocess.Popen([sys.executable, "-I", "-B", str(PROGRAM), "--config", config, "--no-mlock"],
+    daemon = subprocess.Popen([PYTHON, "-I", "-B", str(PROGRAM), "--config", config, "--no-mlock"],
                               stdout=subprocess.PIPE, text=True, env=env)
     lines = []
     try:
