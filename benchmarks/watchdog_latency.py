@@ -15,6 +15,7 @@ unix socket that timestamps every request, and measures:
   RSS (VmRSS and peak VmHWM) with a running container and memory at 50%.
 
     python3 benchmarks/watchdog_latency.py [--trials 50] [--idle-seconds 60] [--json]
+        [--modes ramp,step] [--set poll_slow_s=0.1 ...]
 
 Targets (issue 6): p95 <= 250 ms, idle CPU <= 0.5% of one core, RSS <= 25 MB.
 """
@@ -50,7 +51,7 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 class Bench:
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, overrides: dict[str, object]) -> None:
         self.proc = FakeProc(work / "proc")
         self.docker = FakeDocker(work / "docker.sock").start()
         self.docker.run("vllm", time.time() - 3600)
@@ -59,7 +60,7 @@ class Bench:
         # each other quickly.
         self.config.write_text(json.dumps({
             "proc_root": str(self.proc.root), "docker_socket": str(work / "docker.sock"),
-            "containers": ["vllm"], "cooldown_s": 0.2,
+            "containers": ["vllm"], "cooldown_s": 0.2, **overrides,
         }))
         self.log = open(work / "watchdog.log", "w")  # noqa: SIM115
         self.daemon = subprocess.Popen([sys.executable, "-I", "-B", str(PROGRAM), "--config", str(self.config)],
@@ -158,12 +159,15 @@ def main() -> int:
     parser.add_argument("--rate-gb-per-s", type=float, default=6.0, help="memory growth of the ramp (GB/s)")
     parser.add_argument("--modes", default="ramp,step")
     parser.add_argument("--json", action="store_true", help="print the results as JSON only")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                        help="override a watchdog setting, e.g. --set poll_slow_s=0.1 (repeatable)")
     args = parser.parse_args()
     rate_pct_s = 100 * args.rate_gb_per_s * 1e9 / (GB10_MEMTOTAL_KIB * 1024)
     work = Path(tempfile.mkdtemp(prefix="wdb-"))  # short: unix socket paths are limited
-    bench = Bench(work)
+    overrides = {key: json.loads(value) for key, _eq, value in (item.partition("=") for item in args.set)}
+    bench = Bench(work, overrides)
     results: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count(),
-                                  "ramp_rate_pct_per_s": round(rate_pct_s, 2)}
+                                  "ramp_rate_pct_per_s": round(rate_pct_s, 2), "overrides": overrides}
     try:
         for mode in args.modes.split(","):
             latencies = [bench.trial(mode, rate_pct_s) for _trial in range(args.trials)]

@@ -541,19 +541,20 @@ class Watchdog:
             w.phase = phase
         used = sample.used_pct
         if used >= w.cfg.ceiling:
-            self.act(w, now, "ceiling", w.cfg.ceiling)
+            self.act(w, now, "ceiling")
         elif used >= limit:
             w.over_count += 1
             if w.over_count == 1:
                 self.log("over_threshold", level=4, container=w.cfg.name, phase=phase, threshold=limit)
             if w.over_count >= self.cfg.samples_to_act:
-                self.act(w, now, "threshold", limit)
+                self.act(w, now, "threshold")
         elif used < limit - self.cfg.hysteresis_pct and w.over_count:
             self.log("below_threshold", container=w.cfg.name, phase=phase, threshold=limit, samples=w.over_count)
             w.over_count = 0
 
-    def act(self, w: Watched, now: float, trigger: str, limit: float) -> None:
-        """Re-checks Docker and memory, then stops the container (or says it would)."""
+    def act(self, w: Watched, now: float, trigger: str) -> None:
+        """Re-checks Docker and memory (the threshold too: the container may have been
+        restarted meanwhile), then stops the container (or says it would)."""
         decided = self.clock.monotonic()
         w.inspected_at = float("-inf")
         if not self.inspect(w, now):
