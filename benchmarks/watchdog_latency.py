@@ -1,0 +1,189 @@
+#!/usr/bin/env python
+"""Benchmark of the memory watchdog (a script kept in the repository, not a test).
+
+Runs the real daemon (roles/watchdog/files/sparkfleet_watchdog.py, real clock, default
+settings) against a meminfo file this script rewrites and a fake Docker Engine API on a
+unix socket that timestamps every request, and measures:
+
+- reaction latency: from the moment the meminfo file crosses the steady threshold (90%)
+  to the moment POST /containers/vllm/stop reaches the Docker API, p50/p95 over N trials,
+  (a) "ramp": memory grows at a realistic rate (6 GB/s of a GB10's 121.7 GiB, the field
+  report's figure), written every 5 ms, as it does when vLLM overshoots;
+  (b) "step": memory jumps from 80% to 95% between two reads (worst case, not physical:
+  bounded by the slow poll interval the headroom allows);
+- idle cost over a period: CPU (percent of one core, utime+stime of the process) and
+  RSS (VmRSS and peak VmHWM) with a running container and memory at 50%.
+
+    python3 benchmarks/watchdog_latency.py [--trials 50] [--idle-seconds 60] [--json]
+        [--modes ramp,step] [--set poll_slow_s=0.1 ...]
+
+Targets (issue 6): p95 <= 250 ms, idle CPU <= 0.5% of one core, RSS <= 25 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "roles" / "watchdog" / "files" / "sparkfleet_watchdog.py"
+sys.path.insert(0, str(ROOT / "tests" / "pytest" / "watchdog"))
+
+from fakes import GB10_MEMTOTAL_KIB, FakeDocker, FakeProc  # noqa: E402
+
+THRESHOLD = 90.0
+START_PCT = 80.0
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+class Bench:
+    def __init__(self, work: Path, overrides: dict[str, object]) -> None:
+        self.proc = FakeProc(work / "proc")
+        self.docker = FakeDocker(work / "docker.sock").start()
+        self.docker.run("vllm", time.time() - 3600)
+        self.config = work / "watchdog.json"
+        # Default thresholds, polling and samples; a short cool-down so that trials follow
+        # each other quickly.
+        self.config.write_text(json.dumps({
+            "proc_root": str(self.proc.root), "docker_socket": str(work / "docker.sock"),
+            "containers": ["vllm"], "cooldown_s": 0.2, **overrides,
+        }))
+        self.log = open(work / "watchdog.log", "w")  # noqa: SIM115
+        self.daemon = subprocess.Popen([sys.executable, "-I", "-B", str(PROGRAM), "--config", str(self.config)],
+                                       stdout=self.log, stderr=subprocess.STDOUT)
+
+    def close(self) -> None:
+        self.daemon.terminate()
+        self.daemon.wait(10)
+        self.log.close()
+        self.docker.close()
+
+    def rearm(self) -> None:
+        """Memory back to START_PCT, the container running again (started an hour ago:
+        steady phase), and the watchdog seen inspecting it afterwards."""
+        self.proc.set(START_PCT)
+        box = self.docker.containers["vllm"]
+        box.running, box.started_at = True, time.time() - 3600
+        box.dead.clear()
+        mark = len(self.docker.calls)
+        ok = self.docker.wait_for(lambda: any(c.path.endswith("/json") for c in self.docker.calls[mark:]), 10)
+        if not ok:
+            raise RuntimeError("the watchdog did not re-inspect the container")
+        time.sleep(random.uniform(0.3, 1.2))  # random phase against the poll loop
+
+    def trial(self, mode: str, rate_pct_s: float) -> float:
+        self.rearm()
+        mark = len(self.docker.calls)
+
+        def stopped() -> bool:
+            return any(c.path.startswith("/containers/vllm/stop") for c in self.docker.calls[mark:])
+
+        crossed = None
+        used = START_PCT
+        if mode == "step":
+            self.proc.set(95.0)
+            crossed = time.monotonic()
+        else:
+            last = time.monotonic()
+            while not stopped() and used < 99.5:
+                time.sleep(0.005)
+                now = time.monotonic()
+                used += rate_pct_s * (now - last)
+                last = now
+                self.proc.set(min(used, 99.5))
+                if crossed is None and used >= THRESHOLD:
+                    crossed = time.monotonic()
+        if not self.docker.wait_for(stopped, 10):
+            raise RuntimeError("no stop request")
+        stop = next(c for c in self.docker.calls[mark:] if c.path.startswith("/containers/vllm/stop"))
+        return (stop.at - crossed) * 1000
+
+    def idle(self, seconds: float) -> dict[str, float]:
+        self.proc.set(50.0)
+        box = self.docker.containers["vllm"]
+        box.running, box.started_at = True, time.time() - 3600
+        time.sleep(3)  # cool-down over, armed, steady polling
+        stat = Path(f"/proc/{self.daemon.pid}/stat")
+        ticks = os.sysconf("SC_CLK_TCK")
+
+        def cpu() -> float:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / ticks
+
+        cpu0, t0, calls0 = cpu(), time.monotonic(), len(self.docker.calls)
+        rss = []
+        while time.monotonic() - t0 < seconds:
+            time.sleep(1)
+            status = Path(f"/proc/{self.daemon.pid}/status").read_text()
+            rss.append(int(next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1]))
+        elapsed = time.monotonic() - t0
+        status = Path(f"/proc/{self.daemon.pid}/status").read_text()
+        hwm = int(next(x for x in status.splitlines() if x.startswith("VmHWM:")).split()[1])
+        return {
+            "seconds": round(elapsed, 1),
+            "cpu_pct_of_one_core": round(100 * (cpu() - cpu0) / elapsed, 3),
+            "rss_mib_max": round(max(rss) / 1024, 1),
+            "rss_mib_peak_hwm": round(hwm / 1024, 1),
+            "docker_api_calls_per_min": round((len(self.docker.calls) - calls0) * 60 / elapsed, 1),
+        }
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "trials": len(values),
+        "p50_ms": round(statistics.median(values), 1),
+        "p95_ms": round(percentile(values, 95), 1),
+        "max_ms": round(max(values), 1),
+        "min_ms": round(min(values), 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--idle-seconds", type=float, default=60)
+    parser.add_argument("--rate-gb-per-s", type=float, default=6.0, help="memory growth of the ramp (GB/s)")
+    parser.add_argument("--modes", default="ramp,step")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON only")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                        help="override a watchdog setting, e.g. --set poll_slow_s=0.1 (repeatable)")
+    args = parser.parse_args()
+    rate_pct_s = 100 * args.rate_gb_per_s * 1e9 / (GB10_MEMTOTAL_KIB * 1024)
+    work = Path(tempfile.mkdtemp(prefix="wdb-"))  # short: unix socket paths are limited
+    overrides = {key: json.loads(value) for key, _eq, value in (item.partition("=") for item in args.set)}
+    bench = Bench(work, overrides)
+    results: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count(),
+                                  "ramp_rate_pct_per_s": round(rate_pct_s, 2), "overrides": overrides}
+    try:
+        for mode in args.modes.split(","):
+            latencies = [bench.trial(mode, rate_pct_s) for _trial in range(args.trials)]
+            results[f"latency_{mode}"] = summary(latencies)
+            if not args.json:
+                print(f"{mode}: {results[f'latency_{mode}']}", flush=True)
+        if args.idle_seconds > 0:
+            results["idle"] = bench.idle(args.idle_seconds)
+            if not args.json:
+                print(f"idle: {results['idle']}", flush=True)
+    finally:
+        bench.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Verify the memory watchdog on a simulated Spark: a hardened systemd service that makes
+the box's REAL Docker engine stop the `vllm` container when (test-controlled) meminfo
+crosses the threshold, and the container stays stopped despite `unless-stopped`."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+UNIT = "sparkfleet-watchdog.service"
+PROGRAM = "/usr/local/lib/sparkfleet/sparkfleet_watchdog.py"
+CONFIG = "/etc/sparkfleet/watchdog.json"
+PROC = "/var/lib/sparkfleet-sim/watchdog-proc"
+TEXTFILE = "/var/lib/prometheus/node-exporter/sparkfleet_watchdog.prom"
+TOTAL_KIB = 127_605_464
+IMAGE = "sparkfleet-sim/busybox"
+GRACE = 12  # watchdog_grace_seconds in molecule.yml
+
+
+def set_memory(host, used_pct: float) -> None:
+    """Rewrites the meminfo the watchdog reads (atomically, like the kernel's view)."""
+    available = round(TOTAL_KIB * (100 - used_pct) / 100)
+    text = (f"MemTotal:       {TOTAL_KIB} kB\\nMemFree:        {available} kB\\n"
+            f"MemAvailable:   {available} kB\\nSwapTotal:              0 kB\\nSwapFree:               0 kB\\n")
+    host.check_output(f"printf '{text}' > {PROC}/.meminfo.new && mv {PROC}/.meminfo.new {PROC}/meminfo")
+
+
+def unit_properties(host) -> dict[str, str]:
+    out = host.check_output(f"systemctl show {UNIT}")
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def main_pid(host) -> int:
+    return int(host.check_output(f"systemctl show -p MainPID --value {UNIT}"))
+
+
+def running(host, name: str = "vllm") -> bool:
+    return host.run(f"docker inspect -f '{{{{.State.Running}}}}' {name}").stdout.strip() == "true"
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def events(host, since: str) -> list[dict]:
+    out = host.check_output(f"journalctl -u {UNIT} --since '{since}' -o cat --no-pager")
+    return [json.loads(line[line.index("{"):]) for line in out.splitlines() if '{"event"' in line]
+
+
+def watch_state(host) -> str:
+    text = host.run(f"cat {TEXTFILE}").stdout
+    return next((line.split('state="')[1].split('"')[0] for line in text.splitlines()
+                 if line.startswith("sparkfleet_watchdog_state{") and line.endswith(" 1")), "")
+
+
+# Like vLLM, exits on SIGTERM (busybox sleep as PID 1 would ignore it).
+EXITS_ON_SIGTERM = "sh -c 'trap \"exit 0\" TERM; sleep 3600 & wait'"
+IGNORES_SIGTERM = "sleep 3600"
+
+
+@pytest.fixture
+def vllm(host):
+    """Starts a `vllm` container (restart policy unless-stopped) with memory at 50%;
+    returns the journal time to read the watchdog's events from."""
+
+    def start(command: str = EXITS_ON_SIGTERM) -> str:
+        set_memory(host, 50)
+        # The previous action's cool-down must be over before a new one can happen.
+        assert wait_for(lambda: watch_state(host) in ("idle", "armed"), 15), watch_state(host)
+        host.run("docker rm -f vllm")
+        since = host.check_output("date '+%Y-%m-%d %H:%M:%S'")
+        host.check_output(f"docker run -d --name vllm --restart unless-stopped {IMAGE} {command}")
+        assert wait_for(lambda: watch_state(host) == "armed", 10), "the watchdog did not see the container start"
+        return since
+
+    yield start
+    set_memory(host, 50)
+    host.run("docker rm -f vllm")
+
+
+def seconds_since_start(host) -> float:
+    started = host.check_output("date -d \"$(docker inspect -f '{{.State.StartedAt}}' vllm)\" +%s.%N")
+    return float(host.check_output("date +%s.%N")) - float(started)
+
+
+def test_unit_is_active_enabled_and_restarts_always(host):
+    service = host.service("sparkfleet-watchdog")
+    assert service.is_running
+    assert service.is_enabled
+    props = unit_properties(host)
+    assert props["Restart"] == "always"
+    assert props["OOMScoreAdjust"] == "-1000"
+    assert "docker.service" in props["After"].split()
+    assert "docker.service" in props["Wants"].split()
+    assert props["ExecStart"].find(f"{PROGRAM} --config {CONFIG}") > 0
+
+
+def test_unit_is_sandboxed(host):
+    props = unit_properties(host)
+    expected = {
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "PrivateDevices": "yes",
+        "PrivateNetwork": "yes",
+        "NoNewPrivileges": "yes",
+        "RestrictAddressFamilies": "AF_UNIX",
+        "MemoryMax": str(64 * 1024 * 1024),
+        "MemorySwapMax": "0",
+        "LimitMEMLOCK": "infinity",
+        "CapabilityBoundingSet": "cap_ipc_lock",
+        "ProtectKernelTunables": "yes",
+        "ProtectControlGroups": "yes",
+        "MemoryDenyWriteExecute": "yes",
+        "LockPersonality": "yes",
+        "RestrictNamespaces": "yes",
+    }
+    assert {key: props.get(key) for key in expected} == expected
+    assert props["SystemCallFilter"]
+    assert props["ReadWritePaths"] == "-/var/lib/prometheus/node-exporter"
+
+
+def test_the_running_process_is_confined(host):
+    pid = main_pid(host)
+    status = host.file(f"/proc/{pid}/status").content_string
+    assert "NoNewPrivs:\t1" in status
+    assert "Seccomp:\t2" in status
+    # Its own mount and network namespaces; / is read-only inside them.
+    for ns in ("mnt", "net"):
+        assert host.check_output(f"readlink /proc/{pid}/ns/{ns}") != host.check_output(f"readlink /proc/1/ns/{ns}")
+    root = next(line.split() for line in host.file(f"/proc/{pid}/mountinfo").content_string.splitlines()
+                if line.split()[4] == "/")
+    assert "ro" in root[5].split(",")
+    rss_kib = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+    assert rss_kib < 25 * 1024
+
+
+def test_deployed_config_passes_its_own_check_and_a_bad_one_does_not(host):
+    ok = host.run(f"python3 -I -B {PROGRAM} --check-config --config {CONFIG}")
+    assert ok.rc == 0, ok.stderr
+    assert "watching vllm (startup 96% for 12 s, steady 90%, ceiling 98%)" in ok.stdout
+    host.check_output("""printf '{"steady_threshold": 97}' > /tmp/wd-bad.json""")
+    bad = host.run(f"python3 -I -B {PROGRAM} --check-config --config /tmp/wd-bad.json")
+    assert bad.rc == 2
+    assert "steady_threshold 97 <= startup_threshold 96" in bad.stderr
+
+
+def test_grace_then_steady_threshold_stops_the_real_container(host, vllm):
+    since = vllm()
+    started = host.check_output("docker inspect -f '{{.State.StartedAt}}' vllm")
+    set_memory(host, 93)  # over steady (90), under startup (96): allowed in the grace period
+    while seconds_since_start(host) < GRACE - 1.5:
+        assert running(host), "stopped during the grace period below the startup threshold"
+        time.sleep(0.2)
+    assert wait_for(lambda: not running(host), 10, 0.05), "the watchdog did not stop the container"
+    assert seconds_since_start(host) >= GRACE
+    seen = events(host, since)
+    phase = next(e for e in seen if e["event"] == "phase")
+    assert (phase["previous"], phase["phase"], phase["threshold"]) == ("startup", "steady", 90)
+    stop = next(e for e in seen if e["event"] == "stop")
+    assert (stop["phase"], stop["threshold"], stop["result"]) == ("steady", 90, "requested")
+    assert stop["used_pct"] == pytest.approx(93, abs=0.01)
+    assert wait_for(lambda: any(e["event"] == "stopped" for e in events(host, since)), 5)
+    stopped = next(e for e in events(host, since) if e["event"] == "stopped")
+    assert stopped["http_status"] == 204
+    assert not any(e["event"] == "kill" for e in events(host, since)), "a clean stop was escalated"
+    # Stopped, not restarted or removed.
+    assert host.check_output("docker inspect -f '{{.State.StartedAt}}' vllm") == started
+
+
+def test_hard_ceiling_stops_at_once_even_in_grace(host, vllm):
+    since = vllm()
+    set_memory(host, 99)
+    assert wait_for(lambda: not running(host), 3, 0.05), "the ceiling did not act within 3 s"
+    stop = next(e for e in events(host, since) if e["event"] == "stop")
+    assert (stop["phase"], stop["trigger"], stop["threshold"]) == ("startup", "ceiling", 98)
+
+
+def test_a_container_ignoring_sigterm_is_killed_when_memory_stays_high(host, vllm):
+    since = vllm(IGNORES_SIGTERM)
+    set_memory(host, 99)
+    # kill after 5 s (watchdog_kill_after_seconds), well before Docker's own 10 s.
+    assert wait_for(lambda: not running(host), 8.5, 0.05), "not killed in time"
+    kill = next(e for e in events(host, since) if e["event"] == "kill")
+    assert kill["reason"] == "memory not recovered after stop"
+    assert 5 <= kill["after_s"] < 6
+    assert host.check_output("docker inspect -f '{{.State.ExitCode}}' vllm") == "137"
+
+
+def test_stopped_container_stays_stopped_despite_unless_stopped(host, vllm):
+    vllm()
+    set_memory(host, 99)
+    assert wait_for(lambda: not running(host), 3, 0.05)
+    set_memory(host, 50)
+    pid = main_pid(host)
+    assert host.check_output("docker inspect -f '{{.HostConfig.RestartPolicy.Name}}' vllm") == "unless-stopped"
+    # Docker recorded a manual stop: neither time nor a daemon restart brings it back.
+    host.check_output("systemctl restart docker")
+    assert wait_for(lambda: host.run("docker info").rc == 0, 30)
+    time.sleep(3)
+    assert not running(host)
+    # The watchdog rode out the Docker restart: same process, still active.
+    assert main_pid(host) == pid
+    assert host.service("sparkfleet-watchdog").is_running
+
+
+def test_prometheus_textfile(host):
+    text = host.file(TEXTFILE).content_string
+    assert "sparkfleet_watchdog_up 1" in text
+    stops = next(line for line in text.splitlines()
+                 if line.startswith('sparkfleet_watchdog_actions_total{container="vllm",action="stop"}'))
+    assert int(stops.split()[-1]) >= 1

@@ -1,0 +1,798 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""sparkfleet-watchdog: stops watched Docker containers before unified memory runs out.
+
+On a DGX Spark CPU and GPU share one pool of memory and cgroup limits do not see CUDA
+allocations, so the only trustworthy signal is /proc/meminfo:
+used% = (MemTotal - MemAvailable) / MemTotal. When it stays above a container's
+threshold (a higher one during the grace period after the container started, to allow
+for weights loading and profiling; a hard ceiling that acts at once), the container is
+stopped through the Docker Engine API on its unix socket (`docker stop` frees every child
+process and Docker records a manual stop, so `unless-stopped` does not bring it back),
+killed if memory has not recovered by a deadline, and left alone for a cool-down.
+
+Standard library only: runs on Ubuntu 24.04's python3 and Debian bookworm's python3.11.
+One JSON line per state change and per action goes to stdout (the journal under systemd).
+The /proc root, the Docker socket and the clock are injectable for deterministic tests.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__":
+    # The daemon speaks plain HTTP over a unix socket: without this, http.client would
+    # load OpenSSL (about 5 MB resident) for HTTPS it never uses.
+    sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
+
+import argparse
+import ctypes
+import dataclasses
+import http.client
+import json
+import os
+import re
+import resource
+import select
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+VERSION = "1.0.0"
+PROG = "sparkfleet-watchdog"
+DEFAULT_CONFIG = "/etc/sparkfleet/watchdog.json"
+EXIT_CONFIG = 2
+EXIT_RUNTIME = 1
+
+# Docker's own rule for container names (daemon/names.go); anything else cannot be watched.
+NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+
+# Global settings: name -> (default, minimum, maximum). Thresholds are percentages.
+SETTINGS: dict[str, tuple[float, float, float]] = {
+    "poll_fast_s": (0.05, 0.005, 0.1),
+    "poll_slow_s": (1.0, 0.005, 1.0),
+    "fill_rate_pct_per_s": (10.0, 0.1, 100.0),
+    "samples_to_act": (3, 1, 100),
+    "hysteresis_pct": (1.0, 0.0, 20.0),
+    "inspect_interval_s": (2.0, 0.1, 60.0),
+    "docker_timeout_s": (5.0, 0.1, 120.0),
+    "stop_timeout_s": (10, 0, 3600),
+    "kill_after_s": (5.0, 0.1, 3600.0),
+    "cooldown_s": (60.0, 0.0, 86400.0),
+    "retry_s": (1.0, 0.05, 60.0),
+    "textfile_interval_s": (15.0, 1.0, 3600.0),
+}
+INT_SETTINGS = {"samples_to_act", "stop_timeout_s"}
+CONTAINER_DEFAULTS: dict[str, float] = {
+    "startup_threshold": 96.0,
+    "steady_threshold": 90.0,
+    "ceiling": 98.0,
+    "grace_s": 300.0,
+}
+TOP_KEYS = {"proc_root", "docker_socket", "dry_run", "textfile", "containers", *SETTINGS}
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says what and how to fix it."""
+
+
+class DockerError(Exception):
+    """The Docker Engine API could not be reached or answered with an error."""
+
+
+@dataclass(frozen=True)
+class ContainerConfig:
+    name: str
+    startup_threshold: float
+    steady_threshold: float
+    ceiling: float
+    grace_s: float
+
+
+@dataclass(frozen=True)
+class Config:
+    containers: tuple[ContainerConfig, ...]
+    proc_root: str = "/proc"
+    docker_socket: str = "/run/docker.sock"
+    dry_run: bool = False
+    textfile: str = ""
+    poll_fast_s: float = 0.05
+    poll_slow_s: float = 1.0
+    fill_rate_pct_per_s: float = 10.0
+    samples_to_act: int = 3
+    hysteresis_pct: float = 1.0
+    inspect_interval_s: float = 2.0
+    docker_timeout_s: float = 5.0
+    stop_timeout_s: int = 10
+    kill_after_s: float = 5.0
+    cooldown_s: float = 60.0
+    retry_s: float = 1.0
+    textfile_interval_s: float = 15.0
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _number(where: str, value: Any, low: float, high: float, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where} = {value!r} is not a number; expected a number between {low:g} and {high:g}")
+    if integer and int(value) != value:
+        raise ConfigError(f"{where} = {value!r} is not a whole number; expected an integer from {low:g} to {high:g}")
+    if not low <= value <= high:
+        raise ConfigError(f"{where} = {value!r} is out of range; expected a value between {low:g} and {high:g}")
+    return int(value) if integer else float(value)
+
+
+def _container(index: int, raw: Any, defaults: dict[str, float]) -> ContainerConfig:
+    where = f"containers[{index}]"
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} = {raw!r}; expected a container name or a mapping with at least 'name'")
+    unknown = sorted(set(raw) - {"name", *CONTAINER_DEFAULTS})
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {unknown}; expected only name, {', '.join(CONTAINER_DEFAULTS)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ConfigError(
+            f"{where}.name = {name!r} is not a Docker container name; "
+            "expected letters, digits and _ . - (starting with a letter or digit)"
+        )
+    values = {}
+    for key, default in defaults.items():
+        high = 1e9 if key == "grace_s" else 100.0
+        values[key] = _number(f"{where}.{key} ({name})", raw.get(key, default), 0.0, high)
+    if values["steady_threshold"] <= 0:
+        raise ConfigError(f"{where}.steady_threshold ({name}) = 0 would stop the container at once; expected above 0")
+    if not values["steady_threshold"] <= values["startup_threshold"] <= values["ceiling"]:
+        raise ConfigError(
+            f"{where} ({name}): steady_threshold {values['steady_threshold']:g} <= startup_threshold "
+            f"{values['startup_threshold']:g} <= ceiling {values['ceiling']:g} does not hold; the grace period may "
+            "allow more memory than steady state and the hard ceiling is the highest; fix the thresholds "
+            "(role variables watchdog_steady_threshold, watchdog_startup_threshold, watchdog_hard_ceiling)"
+        )
+    return ContainerConfig(name=name, **values)
+
+
+def parse_config(raw: Any) -> Config:
+    """Validates a decoded config document and returns the Config it describes."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"the config is a {type(raw).__name__}; expected a JSON object")
+    # Keys starting with "_" are comments (the role notes that Ansible manages the file).
+    unknown = sorted(key for key in set(raw) - TOP_KEYS - set(CONTAINER_DEFAULTS) if not str(key).startswith("_"))
+    if unknown:
+        raise ConfigError(f"unknown keys {unknown}; expected some of {sorted(TOP_KEYS | set(CONTAINER_DEFAULTS))}")
+    values: dict[str, Any] = {}
+    for key, (default, low, high) in SETTINGS.items():
+        values[key] = _number(key, raw.get(key, default), low, high, integer=key in INT_SETTINGS)
+    if values["poll_fast_s"] > values["poll_slow_s"]:
+        raise ConfigError(
+            f"poll_fast_s {values['poll_fast_s']:g} is above poll_slow_s {values['poll_slow_s']:g}; "
+            "expected the fast (near-threshold) interval to be the shorter one"
+        )
+    for key in ("proc_root", "docker_socket", "textfile"):
+        value = raw.get(key, getattr(Config, key))
+        if not isinstance(value, str) or (value and not value.startswith("/")):
+            raise ConfigError(f"{key} = {value!r}; expected an absolute path")
+        values[key] = value
+    if not values["proc_root"] or not values["docker_socket"]:
+        raise ConfigError("proc_root and docker_socket must not be empty; expected absolute paths")
+    dry_run = raw.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise ConfigError(f"dry_run = {dry_run!r}; expected true or false")
+    defaults = {key: raw.get(key, default) for key, default in CONTAINER_DEFAULTS.items()}
+    containers = raw.get("containers", ["vllm"])
+    if not isinstance(containers, list) or not containers:
+        raise ConfigError(f"containers = {containers!r}; expected a non-empty list of containers to watch")
+    parsed = tuple(_container(i, item, defaults) for i, item in enumerate(containers))
+    names = [c.name for c in parsed]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"containers lists a name twice ({names}); expected each container once")
+    return Config(containers=parsed, dry_run=dry_run, **values)
+
+
+def load_config(path: str) -> Config:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}; expected a readable JSON file") from exc
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc}); expected a JSON object") from exc
+    try:
+        return parse_config(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------- signals
+
+
+@dataclass(frozen=True)
+class MemSample:
+    total_kib: int
+    available_kib: int
+    swap_total_kib: int = 0
+    swap_free_kib: int = 0
+
+    @property
+    def used_pct(self) -> float:
+        return 100.0 * (self.total_kib - self.available_kib) / self.total_kib
+
+
+def read_meminfo(proc_root: str) -> MemSample:
+    """The memory figures, read afresh (the file may be replaced between reads in tests)."""
+    with open(os.path.join(proc_root, "meminfo"), "rb") as handle:
+        data = handle.read(8192)
+    fields: dict[bytes, int] = {}
+    for line in data.split(b"\n"):
+        key, _sep, rest = line.partition(b":")
+        if key in (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree"):
+            fields[key] = int(rest.split()[0])
+    if fields.get(b"MemTotal", 0) <= 0 or b"MemAvailable" not in fields:
+        raise ValueError("meminfo has no MemTotal/MemAvailable (kernel older than 3.14?)")
+    return MemSample(
+        fields[b"MemTotal"], fields[b"MemAvailable"], fields.get(b"SwapTotal", 0), fields.get(b"SwapFree", 0)
+    )
+
+
+def read_psi(proc_root: str) -> dict[str, float] | None:
+    """Memory pressure (PSI avg10 of 'some' and 'full'); logged, never used as the gate."""
+    try:
+        with open(os.path.join(proc_root, "pressure", "memory"), encoding="ascii") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    psi = {}
+    for line in text.splitlines():
+        kind, _sep, rest = line.partition(" ")
+        for item in rest.split():
+            key, _sep, value = item.partition("=")
+            if key == "avg10":
+                psi[f"psi_{kind}_avg10"] = float(value)
+    return psi
+
+
+class Clock:
+    """Real time; tests pass a fake with the same three methods."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+# ----------------------------------------------------------------------------- docker
+
+
+def parse_docker_time(text: str) -> float | None:
+    """Docker's RFC 3339 time with nanoseconds (State.StartedAt) as epoch seconds."""
+    match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text or "")
+    if not match:
+        return None
+    base = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    if base.year <= 1:  # "0001-01-01T00:00:00Z": never started
+        return None
+    seconds = base.timestamp() + float("0." + (match.group(2) or "0"))
+    zone = match.group(3)
+    if zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return seconds
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    running: bool
+    started_at: float | None
+    container_id: str = ""
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the Docker socket: no fork/exec of the docker CLI on the hot path."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class PendingRequest:
+    """A request whose answer is collected later, so the loop keeps sampling meanwhile
+    (POST /stop blocks for up to its timeout while the container shuts down)."""
+
+    def __init__(self, conn: UnixHTTPConnection) -> None:
+        self.conn = conn
+
+    def poll(self) -> int | None:
+        """The HTTP status once the answer is there, else None (never blocks long)."""
+        if self.conn.sock is None:
+            raise DockerError("connection closed before the answer")
+        readable = select.select([self.conn.sock], [], [], 0)[0]
+        if not readable:
+            return None
+        try:
+            response = self.conn.getresponse()
+            response.read()
+            return response.status
+        except (OSError, http.client.HTTPException) as exc:
+            raise DockerError(f"no answer: {exc}") from exc
+        finally:
+            self.conn.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class DockerAPI:
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def _send(self, method: str, path: str) -> UnixHTTPConnection:
+        conn = UnixHTTPConnection(self.socket_path, self.timeout)
+        try:
+            conn.request(method, path, headers={"Content-Length": "0"} if method == "POST" else {})
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise DockerError(f"{method} {path} via {self.socket_path}: {exc}") from exc
+        return conn
+
+    def _call(self, method: str, path: str) -> tuple[int, bytes]:
+        conn = self._send(method, path)
+        try:
+            response = conn.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise DockerError(f"{method} {path}: {exc}") from exc
+        finally:
+            conn.close()
+
+    def inspect(self, name: str) -> ContainerState | None:
+        """None when there is no such container (idle, not an error)."""
+        status, body = self._call("GET", f"/containers/{name}/json")
+        if status == 404:
+            return None
+        if status != 200:
+            raise DockerError(f"inspect {name}: HTTP {status} {body[:200]!r}")
+        try:
+            doc = json.loads(body)
+            state = doc["State"]
+            return ContainerState(bool(state["Running"]), parse_docker_time(state.get("StartedAt", "")), doc["Id"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DockerError(f"inspect {name}: unexpected answer ({exc})") from exc
+
+    def request_stop(self, name: str, timeout_s: int) -> PendingRequest:
+        return PendingRequest(self._send("POST", f"/containers/{name}/stop?t={timeout_s}"))
+
+    def kill(self, name: str) -> int:
+        status, body = self._call("POST", f"/containers/{name}/kill")
+        if status not in (204, 404, 409):
+            raise DockerError(f"kill {name}: HTTP {status} {body[:200]!r}")
+        return status
+
+
+# ----------------------------------------------------------------------------- watchdog
+
+IDLE, ARMED, STOPPING, COOLDOWN = "idle", "armed", "stopping", "cooldown"
+STATES = (IDLE, ARMED, STOPPING, COOLDOWN)
+
+
+@dataclass
+class Watched:
+    cfg: ContainerConfig
+    state: str = IDLE
+    docker: ContainerState | None = None
+    inspected_at: float = float("-inf")
+    phase: str = ""
+    over_count: int = 0
+    trigger_threshold: float = 0.0
+    action_started: float = 0.0
+    pending: PendingRequest | None = None
+    killed: bool = False
+    stopped: bool = False
+    recovered: bool = False
+    cooldown_until: float = 0.0
+    not_before: float = 0.0
+    actions: dict[str, int] = field(default_factory=lambda: {"stop": 0, "kill": 0})
+
+
+class Watchdog:
+    def __init__(self, config: Config, clock: Clock | None = None, docker: DockerAPI | None = None,
+                 out: TextIO | None = None) -> None:
+        self.cfg = config
+        self.clock = clock or Clock()
+        self.docker = docker or DockerAPI(config.docker_socket, config.docker_timeout_s)
+        self.out = out or sys.stdout
+        self.watched = [Watched(c) for c in config.containers]
+        self.sample: MemSample | None = None
+        self.docker_ok: bool | None = None
+        self.meminfo_ok = True
+        self.docker_errors = 0
+        self.textfile_due = 0.0
+        self.dirty = True
+        self.journal = "JOURNAL_STREAM" in os.environ
+
+    # -- logging
+
+    def log(self, event: str, level: int = 6, **fields: Any) -> None:
+        """One JSON line: the event, memory figures and what was done."""
+        record: dict[str, Any] = {"event": event}
+        if self.sample is not None:
+            record["used_pct"] = round(self.sample.used_pct, 2)
+            record["mem_available_kib"] = self.sample.available_kib
+            record["swap_used_kib"] = self.sample.swap_total_kib - self.sample.swap_free_kib
+            psi = read_psi(self.cfg.proc_root)
+            if psi:
+                record.update(psi)
+        record.update(fields)
+        if self.cfg.dry_run:
+            record["dry_run"] = True
+        line = json.dumps(record, separators=(",", ":"), sort_keys=False)
+        # Under systemd the "<N>" prefix sets the journal priority of the line.
+        self.out.write(f"<{level}>{line}\n" if self.journal else line + "\n")
+        self.out.flush()
+        self.dirty = True
+
+    # -- container state
+
+    def threshold(self, w: Watched) -> tuple[str, float]:
+        started = w.docker.started_at if w.docker else None
+        if started is not None and self.clock.time() - started < w.cfg.grace_s:
+            return "startup", w.cfg.startup_threshold
+        return "steady", w.cfg.steady_threshold
+
+    def _set_state(self, w: Watched, state: str, **fields: Any) -> None:
+        if w.state != state:
+            self.log("state", container=w.cfg.name, previous=w.state, state=state, **fields)
+            w.state = state
+
+    def _docker_failed(self, what: str, exc: Exception) -> None:
+        self.docker_errors += 1
+        if self.docker_ok is not False:
+            self.log("docker_unavailable", level=3, what=what, error=str(exc), socket=self.cfg.docker_socket)
+        self.docker_ok = False
+
+    def _docker_answered(self) -> None:
+        if self.docker_ok is False:
+            self.log("docker_available", socket=self.cfg.docker_socket)
+        self.docker_ok = True
+
+    def inspect(self, w: Watched, now: float) -> bool:
+        """Refreshes what Docker says about the container; False if Docker did not answer."""
+        w.inspected_at = now
+        try:
+            found = self.docker.inspect(w.cfg.name)
+        except DockerError as exc:
+            self._docker_failed(f"inspect {w.cfg.name}", exc)
+            return False
+        self._docker_answered()
+        before, w.docker = w.docker, found
+        running = bool(found and found.running)
+        if w.state in (STOPPING, COOLDOWN):
+            return True
+        if not running:
+            w.over_count = 0
+            self._set_state(w, IDLE, present=found is not None)
+            return True
+        restarted = before is not None and before.running and before.started_at != found.started_at
+        w.phase, limit = self.threshold(w)
+        if restarted:
+            w.over_count = 0
+            self.log("restarted", container=w.cfg.name, phase=w.phase, threshold=limit,
+                     started_at=found.started_at)
+        self._set_state(w, ARMED, phase=w.phase, threshold=limit, started_at=found.started_at)
+        return True
+
+    # -- the loop
+
+    def step(self) -> float:
+        """One sample and the decisions it leads to; returns how long to sleep."""
+        now = self.clock.monotonic()
+        try:
+            self.sample = read_meminfo(self.cfg.proc_root)
+        except (OSError, ValueError) as exc:
+            if self.meminfo_ok:
+                self.log("meminfo_error", level=3, error=str(exc), proc_root=self.cfg.proc_root)
+            self.meminfo_ok = False
+            return self.cfg.poll_slow_s
+        if not self.meminfo_ok:
+            self.log("meminfo_ok")
+            self.meminfo_ok = True
+        for w in self.watched:
+            if w.state in (IDLE, ARMED) and now - w.inspected_at >= self.cfg.inspect_interval_s:
+                self.inspect(w, now)
+            self.evaluate(w, self.sample, now)
+        self.write_textfile(now)
+        return self.next_interval(self.sample)
+
+    def evaluate(self, w: Watched, sample: MemSample, now: float) -> None:
+        if w.state == COOLDOWN:
+            if now >= w.cooldown_until:
+                self.log("cooldown_over", container=w.cfg.name)
+                w.state, w.inspected_at = IDLE, float("-inf")
+                self.inspect(w, now)
+            return
+        if w.state == STOPPING:
+            self.progress(w, sample, now)
+            return
+        if w.state != ARMED or now < w.not_before:
+            return
+        phase, limit = self.threshold(w)
+        if phase != w.phase:
+            self.log("phase", container=w.cfg.name, previous=w.phase, phase=phase, threshold=limit)
+            w.phase = phase
+        used = sample.used_pct
+        if used >= w.cfg.ceiling:
+            self.act(w, now, "ceiling")
+        elif used >= limit:
+            w.over_count += 1
+            if w.over_count == 1:
+                self.log("over_threshold", level=4, container=w.cfg.name, phase=phase, threshold=limit)
+            if w.over_count >= self.cfg.samples_to_act:
+                self.act(w, now, "threshold")
+        elif used < limit - self.cfg.hysteresis_pct and w.over_count:
+            self.log("below_threshold", container=w.cfg.name, phase=phase, threshold=limit, samples=w.over_count)
+            w.over_count = 0
+
+    def act(self, w: Watched, now: float, trigger: str) -> None:
+        """Re-checks Docker and memory (the threshold too: the container may have been
+        restarted meanwhile), then stops the container (or says it would)."""
+        decided = self.clock.monotonic()
+        w.inspected_at = float("-inf")
+        if not self.inspect(w, now):
+            w.not_before = now + self.cfg.retry_s
+            self.log("action_failed", level=3, container=w.cfg.name, action="stop", error="docker unavailable",
+                     retry_in_s=self.cfg.retry_s)
+            return
+        if w.state != ARMED:
+            return
+        phase, steady_or_startup = self.threshold(w)
+        limit = w.cfg.ceiling if trigger == "ceiling" else steady_or_startup
+        try:
+            self.sample = read_meminfo(self.cfg.proc_root)
+        except (OSError, ValueError):
+            return
+        if self.sample.used_pct < limit:
+            self.log("recheck_cleared", container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger)
+            w.over_count = 0
+            return
+        w.trigger_threshold = min(limit, steady_or_startup)
+        w.over_count, w.killed, w.stopped, w.recovered = 0, False, False, False
+        w.action_started = now
+        if self.cfg.dry_run:
+            self.log("stop", level=4, container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger,
+                     result="dry-run: not stopped")
+            self._start_cooldown(w, now)
+            return
+        try:
+            w.pending = self.docker.request_stop(w.cfg.name, self.cfg.stop_timeout_s)
+        except DockerError as exc:
+            self._docker_failed(f"stop {w.cfg.name}", exc)
+            w.not_before = now + self.cfg.retry_s
+            self.log("action_failed", level=3, container=w.cfg.name, action="stop", error=str(exc),
+                     retry_in_s=self.cfg.retry_s)
+            return
+        w.actions["stop"] += 1
+        self.state_stopping(w, phase, limit, trigger, decided)
+
+    def state_stopping(self, w: Watched, phase: str, limit: float, trigger: str, decided: float) -> None:
+        took_ms = round((self.clock.monotonic() - decided) * 1000, 1)
+        self.log("stop", level=4, container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger,
+                 stop_timeout_s=self.cfg.stop_timeout_s, result="requested", took_ms=took_ms)
+        w.state = STOPPING
+
+    def progress(self, w: Watched, sample: MemSample, now: float) -> None:
+        """Follows a stop in progress: Docker's answer, recovery, escalation to kill."""
+        elapsed = now - w.action_started
+        if not w.recovered and sample.used_pct < w.trigger_threshold:
+            w.recovered = True
+            self.log("recovered", container=w.cfg.name, took_ms=round(elapsed * 1000, 1))
+        if w.pending is not None:
+            try:
+                status = w.pending.poll()
+            except DockerError as exc:
+                status = 0
+                self.log("connection_lost", level=3, container=w.cfg.name, action="stop", error=str(exc))
+            if status is not None:
+                w.pending = None
+                # 204 stopped, 304 was already stopped, 404 gone: nothing left to kill.
+                w.stopped = status in (204, 304, 404)
+                took_ms = round(elapsed * 1000, 1)
+                if not w.stopped:
+                    # Docker refused or failed: back to armed, a new stop after retry_s.
+                    self.docker_errors += 1
+                    self.log("action_failed", level=3, container=w.cfg.name, action="stop", http_status=status,
+                             took_ms=took_ms, retry_in_s=self.cfg.retry_s)
+                    w.not_before = now + self.cfg.retry_s
+                    w.state, w.inspected_at = ARMED, float("-inf")
+                    return
+                self.log("stopped", container=w.cfg.name, action="stop", http_status=status, took_ms=took_ms)
+        if (not (w.recovered or w.stopped or w.killed) and elapsed >= self.cfg.kill_after_s
+                and now >= w.not_before):
+            self.escalate(w, now, elapsed)
+        limit = self.cfg.stop_timeout_s + self.cfg.kill_after_s + self.cfg.docker_timeout_s
+        if elapsed > limit:
+            if w.pending is not None:
+                w.pending.close()
+                w.pending = None
+            self.log("action_timeout", level=3, container=w.cfg.name, waited_s=round(elapsed, 1))
+        if w.pending is None and (w.recovered or w.stopped or w.killed or elapsed > limit):
+            self._start_cooldown(w, now)
+
+    def escalate(self, w: Watched, now: float, elapsed: float) -> None:
+        try:
+            status = self.docker.kill(w.cfg.name)
+        except DockerError as exc:
+            self._docker_failed(f"kill {w.cfg.name}", exc)
+            w.not_before = now + self.cfg.retry_s
+            self.log("action_failed", level=3, container=w.cfg.name, action="kill", error=str(exc),
+                     retry_in_s=self.cfg.retry_s)
+            return
+        w.killed = True
+        w.actions["kill"] += 1
+        if w.pending is not None:  # Docker answers the stop once the kill took effect
+            w.pending.close()
+            w.pending = None
+        self.log("kill", level=3, container=w.cfg.name, reason="memory not recovered after stop",
+                 after_s=round(elapsed, 2), http_status=status, threshold=w.trigger_threshold)
+
+    def _start_cooldown(self, w: Watched, now: float) -> None:
+        w.cooldown_until = now + self.cfg.cooldown_s
+        self._set_state(w, COOLDOWN, cooldown_s=self.cfg.cooldown_s)
+
+    def next_interval(self, sample: MemSample) -> float:
+        """Fast near a threshold, slow far from it: the headroom divided by the fastest
+        plausible fill rate, clamped to [poll_fast_s, poll_slow_s]."""
+        fast, slow = self.cfg.poll_fast_s, self.cfg.poll_slow_s
+        headroom = None
+        for w in self.watched:
+            if w.state == STOPPING:
+                return fast
+            if w.state == ARMED:
+                limit = self.threshold(w)[1]
+                room = limit - sample.used_pct
+                headroom = room if headroom is None else min(headroom, room)
+        if headroom is None:
+            return slow
+        return min(slow, max(fast, headroom / self.cfg.fill_rate_pct_per_s))
+
+    # -- metrics
+
+    def write_textfile(self, now: float) -> None:
+        """Prometheus textfile (node_exporter's collector), atomically replaced."""
+        if not self.cfg.textfile or (not self.dirty and now < self.textfile_due):
+            return
+        self.dirty, self.textfile_due = False, now + self.cfg.textfile_interval_s
+        lines = [
+            "# HELP sparkfleet_watchdog_up 1 while the memory watchdog runs.",
+            "# TYPE sparkfleet_watchdog_up gauge",
+            "sparkfleet_watchdog_up 1",
+            "# HELP sparkfleet_watchdog_dry_run 1 if the watchdog only logs what it would do.",
+            "# TYPE sparkfleet_watchdog_dry_run gauge",
+            f"sparkfleet_watchdog_dry_run {int(self.cfg.dry_run)}",
+            "# HELP sparkfleet_watchdog_docker_errors_total Failed Docker API calls.",
+            "# TYPE sparkfleet_watchdog_docker_errors_total counter",
+            f"sparkfleet_watchdog_docker_errors_total {self.docker_errors}",
+        ]
+        if self.sample is not None:
+            lines += [
+                "# HELP sparkfleet_watchdog_memory_used_percent (MemTotal - MemAvailable) / MemTotal.",
+                "# TYPE sparkfleet_watchdog_memory_used_percent gauge",
+                f"sparkfleet_watchdog_memory_used_percent {self.sample.used_pct:.3f}",
+            ]
+        lines += [
+            "# HELP sparkfleet_watchdog_threshold_percent Threshold in force for the container.",
+            "# TYPE sparkfleet_watchdog_threshold_percent gauge",
+        ]
+        lines += [f'sparkfleet_watchdog_threshold_percent{{container="{w.cfg.name}"}} {self.threshold(w)[1]:g}'
+                  for w in self.watched]
+        lines += [
+            "# HELP sparkfleet_watchdog_state Watch state of the container (1 for the current one).",
+            "# TYPE sparkfleet_watchdog_state gauge",
+        ]
+        lines += [f'sparkfleet_watchdog_state{{container="{w.cfg.name}",state="{s}"}} {int(w.state == s)}'
+                  for w in self.watched for s in STATES]
+        lines += [
+            "# HELP sparkfleet_watchdog_actions_total Stops and kills the watchdog did.",
+            "# TYPE sparkfleet_watchdog_actions_total counter",
+        ]
+        lines += [f'sparkfleet_watchdog_actions_total{{container="{w.cfg.name}",action="{a}"}} {n}'
+                  for w in self.watched for a, n in w.actions.items()]
+        tmp = f"{self.cfg.textfile}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write("\n".join(lines) + "\n")
+            os.replace(tmp, self.cfg.textfile)
+        except OSError as exc:
+            self.cfg = dataclasses.replace(self.cfg, textfile="")
+            self.log("textfile_error", level=3, error=str(exc), action="textfile disabled")
+
+    def run(self) -> None:
+        while True:
+            self.clock.sleep(self.step())
+
+
+# ----------------------------------------------------------------------------- process
+
+
+def lock_memory() -> str:
+    """mlockall so that the watchdog is not paged out when memory is short. ON_FAULT locks
+    pages as they are used instead of reading in every mapped library at once; FUTURE only
+    where the lock limit cannot make later allocations fail."""
+    mcl_current, mcl_future, mcl_onfault = 1, 2, 4
+    libc = ctypes.CDLL(None, use_errno=True)
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    with open("/proc/self/status", encoding="ascii") as handle:
+        cap_eff = next((int(line.split()[1], 16) for line in handle if line.startswith("CapEff:")), 0)
+    unlimited = soft == resource.RLIM_INFINITY or bool(cap_eff & (1 << 14))  # CAP_IPC_LOCK
+    attempts = [(mcl_current | mcl_future | mcl_onfault, "current+future")] if unlimited else []
+    attempts.append((mcl_current | mcl_onfault, "current"))
+    errors = []
+    for flags, label in attempts:
+        if libc.mlockall(flags) == 0:
+            return label
+        errors.append(os.strerror(ctypes.get_errno()))
+    return "not locked (" + "; ".join(errors) + f"; RLIMIT_MEMLOCK {soft} bytes, no CAP_IPC_LOCK)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"JSON config file (default {DEFAULT_CONFIG})")
+    parser.add_argument("--check-config", action="store_true", help="validate the config and exit")
+    parser.add_argument("--dry-run", action="store_true", help="log what would be done, stop nothing")
+    parser.add_argument("--no-mlock", action="store_true", help="do not lock memory (tests, benchmarks)")
+    parser.add_argument("--version", action="version", version=f"{PROG} {VERSION}")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"{PROG}: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.check_config:
+        described = ", ".join(
+            f"{c.name} (startup {c.startup_threshold:g}% for {c.grace_s:g} s, steady {c.steady_threshold:g}%, "
+            f"ceiling {c.ceiling:g}%)" for c in config.containers)
+        print(f"{PROG}: config OK: {args.config}: watching {described}")
+        return 0
+    if args.dry_run:
+        config = dataclasses.replace(config, dry_run=True)
+    # Self-test before the loop: without a readable meminfo the watchdog is blind.
+    try:
+        first = read_meminfo(config.proc_root)
+    except (OSError, ValueError) as exc:
+        print(f"{PROG}: cannot read {config.proc_root}/meminfo: {exc}; expected a Linux meminfo file",
+              file=sys.stderr)
+        return EXIT_RUNTIME
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    locked = "skipped" if args.no_mlock else lock_memory()
+    dog = Watchdog(config)
+    dog.sample = first
+    dog.log("start", version=VERSION, pid=os.getpid(), mlock=locked, containers=[c.name for c in config.containers],
+            docker_socket=config.docker_socket, proc_root=config.proc_root)
+    try:
+        dog.run()
+    except (KeyboardInterrupt, SystemExit):
+        dog.log("exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Loads the watchdog program (a plain script shipped by roles/watchdog) as a module."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import select
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from fakes import FakeClock, FakeDocker, FakeProc  # noqa: E402
+
+PROGRAM = HERE.parents[2] / "roles" / "watchdog" / "files" / "sparkfleet_watchdog.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("sparkfleet_watchdog", PROGRAM)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sparkfleet_watchdog"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+wd = _load()
+
+
+class Harness:
+    """One watchdog with a fake /proc, a fake clock and a fake Docker; drives its loop
+    one sample at a time and reads back its log lines."""
+
+    def __init__(self, tmp_path: Path, **settings) -> None:
+        self.clock = FakeClock()
+        self.proc = FakeProc(tmp_path / "proc")
+        # Unix socket paths are limited to 107 bytes: pytest's tmp_path can be longer.
+        self.socket = Path(tempfile.mkdtemp(prefix="wd-")) / "docker.sock"
+        self.docker = FakeDocker(self.socket)
+        self.out = io.StringIO()
+        raw = {"proc_root": str(self.proc.root), "docker_socket": str(self.socket), "containers": ["vllm"]}
+        raw.update(settings)
+        self.config = wd.parse_config(raw)
+        self.dog = wd.Watchdog(self.config, clock=self.clock, out=self.out)
+        self.sent = 0
+        real_send = self.dog.docker._send
+
+        def counting_send(method: str, path: str):
+            conn = real_send(method, path)
+            self.sent += 1
+            return conn
+
+        self.dog.docker._send = counting_send
+
+    def step(self, used_pct: float | None = None) -> float:
+        """Sets memory (if given), runs one iteration, sleeps (fake) what it asked."""
+        if used_pct is not None:
+            self.proc.set(used_pct)
+        self._let_quick_answers_arrive()
+        interval = self.dog.step()
+        # Every request the watchdog sent has reached the fake Docker before anything is
+        # asserted (its server threads run in real time).
+        assert self.docker.wait_for(lambda: len(self.docker.calls) >= self.sent), "request never arrived"
+        self.clock.sleep(interval)
+        return interval
+
+    def _let_quick_answers_arrive(self) -> None:
+        # Fake time runs far ahead of the fake Docker's threads: when Docker is meant to
+        # answer at once, wait (real time) for the answer so that fake seconds do not pass
+        # before it; slow-Docker tests keep the race they are about.
+        if self.docker.stop_takes or self.docker.delay.get("stop"):
+            return
+        for w in self.dog.watched:
+            if w.pending is not None and w.pending.conn.sock is not None:
+                select.select([w.pending.conn.sock], [], [], 2.0)
+
+    def run_for(self, seconds: float, used_pct: float | None = None) -> None:
+        end = self.clock.monotonic() + seconds
+        while self.clock.monotonic() < end:
+            self.step(used_pct)
+
+    def events(self, name: str | None = None) -> list[dict]:
+        lines = [json.loads(line) for line in self.out.getvalue().splitlines()]
+        return [e for e in lines if name is None or e["event"] == name]
+
+    def started(self, ago_s: float, name: str = "vllm"):
+        return self.docker.run(name, self.clock.time() - ago_s)
+
+
+@pytest.fixture
+def harness(tmp_path):
+    made = []
+
+    def make(docker_up: bool = True, **settings) -> Harness:
+        h = Harness(tmp_path, **settings)
+        if docker_up:
+            h.docker.start()
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.docker.close()
+        shutil.rmtree(h.socket.parent, ignore_errors=True)

@@ -1,0 +1,166 @@
+"""The watchdog as a program: --check-config, config errors, and the real loop (real
+clock, real process) against the fake Docker API and a meminfo file the test controls."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+from conftest import PROGRAM, wd
+from fakes import FakeDocker, FakeProc
+
+# The interpreter the daemon runs on (e.g. WATCHDOG_PYTHON=python3.12 for Ubuntu 24.04's).
+PYTHON = os.environ.get("WATCHDOG_PYTHON", sys.executable)
+
+
+def write_config(path, **values) -> str:
+    path.write_text(json.dumps(values), encoding="utf-8")
+    return str(path)
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-I", "-B", str(PROGRAM), *args], capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+def test_check_config_accepts_the_defaults(tmp_path):
+    done = run("--check-config", "--config", write_config(tmp_path / "c.json", containers=["vllm"]))
+    assert done.returncode == 0, done.stderr
+    assert "config OK" in done.stdout
+    assert "vllm (startup 96% for 300 s, steady 90%, ceiling 98%)" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"containers": [{"name": "vllm", "startup_threshold": 85}]}, "steady_threshold 90 <= startup_threshold 85"),
+        ({"steady_threshold": 97}, "steady_threshold 97 <= startup_threshold 96"),
+        ({"ceiling": 95}, "startup_threshold 96 <= ceiling 95"),
+        ({"startup_threshold": 101, "ceiling": 101}, "out of range; expected a value between 0 and 100"),
+        ({"steady_threshold": -1}, "out of range"),
+        ({"steady_threshold": 0, "startup_threshold": 0}, "would stop the container at once"),
+        ({"grace_s": -5}, "grace_s (vllm) = -5 is out of range"),
+        ({"steady_threshold": "90"}, "is not a number"),
+        ({"containers": []}, "expected a non-empty list"),
+        ({"containers": ["vllm", "vllm"]}, "name twice"),
+        ({"containers": ["bad name!"]}, "not a Docker container name"),
+        ({"containers": [{"name": "vllm", "treshold": 90}]}, "unknown keys ['treshold']"),
+        ({"poll_fast_s": 0.5}, "poll_fast_s = 0.5 is out of range"),
+        ({"poll_fast_s": 0.1, "poll_slow_s": 0.05}, "poll_fast_s 0.1 is above poll_slow_s 0.05"),
+        ({"samples_to_act": 2.5}, "not a whole number"),
+        ({"proc_root": "proc"}, "expected an absolute path"),
+        ({"dry_run": "yes"}, "expected true or false"),
+        ({"bogus": 1}, "unknown keys ['bogus']"),
+    ],
+)
+def test_check_config_rejects_bad_values_with_a_clear_message(tmp_path, config, message):
+    with pytest.raises(wd.ConfigError) as caught:
+        wd.parse_config(config)
+    assert message in str(caught.value)
+    done = run("--check-config", "--config", write_config(tmp_path / "c.json", **config))
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert done.stderr.startswith("sparkfleet-watchdog: config error: ")
+    assert done.stdout == ""
+
+
+def test_unreadable_or_invalid_config_files(tmp_path):
+    missing = run("--check-config", "--config", str(tmp_path / "nope.json"))
+    assert missing.returncode == 2
+    assert "cannot read" in missing.stderr
+    (tmp_path / "bad.json").write_text("{containers: [vllm]}")
+    broken = run("--check-config", "--config", str(tmp_path / "bad.json"))
+    assert broken.returncode == 2
+    assert "is not valid JSON" in broken.stderr
+
+
+def test_refuses_to_start_blind_without_meminfo(tmp_path):
+    done = run("--config", write_config(tmp_path / "c.json", proc_root=str(tmp_path / "empty")))
+    assert done.returncode == 1
+    assert "cannot read" in done.stderr
+    assert "meminfo" in done.stderr
+
+
+@pytest.fixture
+def short_dir(tmp_path):
+    # A unix socket path must fit in 107 bytes.
+    path = tempfile.mkdtemp(prefix="wd-")
+    yield path
+    subprocess.run(["rm", "-rf", path], check=False)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_the_daemon_stops_the_container_when_memory_crosses_the_threshold(tmp_path, short_dir, dry_run):
+    proc = FakeProc(tmp_path / "proc")
+    proc.set(60)
+    textfile = tmp_path / "wd.prom"
+    config = write_config(tmp_path / "c.json", proc_root=str(proc.root), docker_socket=f"{short_dir}/docker.sock",
+                          containers=[{"name": "vllm", "grace_s": 0}], textfile=str(textfile),
+                          inspect_interval_s=0.2)
+    with FakeDocker(f"{short_dir}/docker.sock") as docker:
+        docker.run("vllm", time.time() - 3600)
+        args = [PYTHON, "-I", "-B", str(PROGRAM), "--config", config] + (["--dry-run"] if dry_run else [])
+        daemon = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert docker.wait_for(lambda: any(c.path.endswith("/json") for c in docker.calls), 10)
+            time.sleep(0.3)
+            assert docker.actions() == []
+            crossed = time.monotonic()
+            proc.set(93)
+            if dry_run:
+                time.sleep(1.5)
+                assert docker.actions() == []
+            else:
+                assert docker.wait_for(lambda: docker.actions("stop"), 5), "no stop request within 5 s"
+                # Real clock, real polling (1 s far from the threshold, then three samples
+                # 50 ms apart): the stop follows the crossing promptly, load permitting.
+                assert docker.actions("stop")[0].at - crossed < 2.5
+                assert not docker.containers["vllm"].running
+                assert docker.wait_for(lambda: "cooldown" in _state(textfile), 5)
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            out, err = daemon.communicate(timeout=10)
+    assert daemon.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert events[0]["event"] == "start"
+    assert events[0]["mlock"]
+    assert events[-1]["event"] == "exit"
+    stop = next(e for e in events if e["event"] == "stop")
+    assert stop["threshold"] == 90
+    assert stop.get("dry_run", False) is dry_run
+
+
+def _state(textfile) -> str:
+    try:
+        text = textfile.read_text()
+    except OSError:
+        return ""
+    return next((line for line in text.splitlines() if line.endswith(" 1") and "_state{" in line), "")
+
+
+def test_journal_priority_prefix_under_systemd(tmp_path):
+    proc = FakeProc(tmp_path / "proc")
+    config = write_config(tmp_path / "c.json", proc_root=str(proc.root), docker_socket=str(tmp_path / "none"))
+    env = {**os.environ, "JOURNAL_STREAM": "8:12345"}
+    daemon = subprocess.Popen([PYTHON, "-I", "-B", str(PROGRAM), "--config", config, "--no-mlock"],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    lines = []
+    try:
+        deadline = time.monotonic() + 20
+        while not any("docker_unavailable" in line for line in lines) and time.monotonic() < deadline:
+            if select.select([daemon.stdout], [], [], 0.5)[0]:
+                lines.append(daemon.stdout.readline())
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        out = daemon.communicate(timeout=10)[0]
+    lines += out.splitlines()
+    assert lines[0].startswith('<6>{"event":"start"')
+    assert any(line.startswith('<3>{"event":"docker_unavailable"') for line in lines)
+    assert lines[-1].startswith('<6>{"event":"exit"')

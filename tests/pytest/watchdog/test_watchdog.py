@@ -1,0 +1,339 @@
+"""The memory watchdog against a fake /proc, a fake clock and a fake Docker API."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import wd
+
+STOP = "/containers/vllm/stop?t=10"
+
+
+def stops(h) -> list[str]:
+    return [c.path for c in h.docker.actions("stop")]
+
+
+# ------------------------------------------------------------------ thresholds and phases
+
+
+def test_steady_threshold_acts_after_n_consecutive_samples(harness):
+    h = harness()
+    h.started(ago_s=3600)
+    h.step(50)
+    assert h.dog.watched[0].state == "armed"
+    h.step(91)
+    h.step(91)
+    assert stops(h) == [], "acted before samples_to_act (3) samples"
+    h.step(91)
+    assert stops(h) == [STOP]
+    stop = h.events("stop")[0]
+    assert stop["phase"] == "steady"
+    assert stop["threshold"] == 90
+    assert stop["result"] == "requested"
+    assert stop["used_pct"] == pytest.approx(91, abs=0.01)
+    assert {"mem_available_kib", "psi_some_avg10", "swap_used_kib", "took_ms"} <= set(stop)
+
+
+def test_grace_period_allows_the_startup_threshold(harness):
+    h = harness()
+    h.started(ago_s=10)
+    h.run_for(60, used_pct=93)  # over steady (90), under startup (96): weights loading
+    assert stops(h) == []
+    assert h.events("state")[0]["phase"] == "startup"
+    h.step(96.5)
+    h.step(96.5)
+    h.step(96.5)
+    assert stops(h) == [STOP]
+    assert h.events("stop")[0]["threshold"] == 96
+
+
+def test_grace_is_counted_from_started_at_not_from_watchdog_start(harness):
+    h = harness()
+    h.started(ago_s=295)  # the watchdog starts late: only 5 s of grace are left
+    h.run_for(4, used_pct=93)
+    assert stops(h) == []
+    h.run_for(2, used_pct=93)
+    assert stops(h) == [STOP]
+    phase = h.events("phase")[0]
+    assert (phase["previous"], phase["phase"], phase["threshold"]) == ("startup", "steady", 90)
+
+
+def test_a_restart_starts_a_new_grace_period(harness):
+    h = harness(cooldown_s=5)
+    box = h.started(ago_s=3600)
+    h.run_for(3, used_pct=80)
+    assert h.dog.threshold(h.dog.watched[0]) == ("steady", 90)
+    box.started_at = h.clock.time()  # docker restart vllm
+    h.run_for(3, used_pct=80)  # the next inspect sees the new StartedAt
+    assert h.events("restarted"), h.out.getvalue()
+    h.run_for(30, used_pct=93)
+    assert stops(h) == [], "a restarted container got the steady threshold in its grace period"
+
+
+def test_hard_ceiling_acts_at_once_even_in_grace(harness):
+    h = harness()
+    h.started(ago_s=1)
+    h.step(50)
+    h.step(98.5)
+    assert stops(h) == [STOP]
+    stop = h.events("stop")[0]
+    assert (stop["trigger"], stop["threshold"], stop["phase"]) == ("ceiling", 98, "startup")
+
+
+# ------------------------------------------------------------------ hysteresis and re-check
+
+
+def test_a_dip_inside_the_hysteresis_band_does_not_reset_the_count(harness):
+    h = harness()
+    h.started(ago_s=3600)
+    for used in (50, 91, 89.5, 91):
+        h.step(used)
+    assert stops(h) == []
+    h.step(91)
+    assert stops(h) == [STOP]
+
+
+def test_a_dip_below_the_band_resets_the_count(harness):
+    h = harness()
+    h.started(ago_s=3600)
+    for used in (50, 91, 91, 88.5, 91, 91, 50, 91, 91, 50):
+        h.step(used)
+    assert stops(h) == []
+    assert len(h.events("over_threshold")) == 3
+    assert len(h.events("below_threshold")) == 3
+
+
+def test_recheck_just_before_acting_sees_memory_fall(harness):
+    h = harness()
+    h.started(ago_s=3600)
+    h.step(50)
+    h.step(92)
+    h.step(92)
+    # Memory is freed between the third sample and the re-read made just before acting
+    # (the fresh inspect of the container happens in between).
+    h.docker.hooks["json"] = lambda: h.proc.set(60)
+    h.step()
+    assert stops(h) == []
+    cleared = h.events("recheck_cleared")
+    assert len(cleared) == 1
+    assert cleared[0]["used_pct"] == pytest.approx(60, abs=0.01)
+
+
+def test_recheck_sees_a_restart_and_applies_the_grace_threshold(harness):
+    h = harness()
+    box = h.started(ago_s=3600)
+    h.step(50)
+    h.step(93)
+    h.step(93)
+    h.docker.hooks["json"] = lambda: setattr(box, "started_at", h.clock.time())
+    h.step(93)
+    assert stops(h) == []
+    assert h.events("recheck_cleared")[0]["threshold"] == 96
+
+
+# ------------------------------------------------------------------ actions
+
+
+def test_stop_then_kill_when_memory_does_not_recover(harness):
+    h = harness(kill_after_s=5, stop_timeout_s=30)
+    h.docker.stop_takes = 30  # the container ignores SIGTERM
+    h.started(ago_s=3600)
+    h.step(50)
+    while not stops(h):
+        h.step(95)
+    assert stops(h) == ["/containers/vllm/stop?t=30"]
+    h.run_for(4.9, used_pct=95)
+    assert h.docker.actions("kill") == [], "killed before kill_after_s"
+    h.run_for(0.2, used_pct=95)
+    assert [c.path for c in h.docker.actions("kill")] == ["/containers/vllm/kill"]
+    kill = h.events("kill")[0]
+    assert kill["reason"] == "memory not recovered after stop"
+    assert kill["after_s"] >= 5
+    assert not h.docker.containers["vllm"].running
+    assert h.dog.watched[0].state == "cooldown"
+
+
+def test_no_kill_when_memory_recovers_while_stopping(harness):
+    h = harness(kill_after_s=2, stop_timeout_s=10)
+    h.docker.stop_takes = 0.5  # vLLM shuts down cleanly within half a second
+    h.started(ago_s=3600)
+    h.step(50)
+    h.run_for(0.5, used_pct=95)
+    assert len(stops(h)) == 1
+    h.run_for(5, used_pct=40)  # memory was freed by the shutdown
+    assert h.events("recovered")
+    assert h.docker.actions("kill") == []
+    assert h.docker.wait_for(lambda: not h.docker.containers["vllm"].running)
+
+
+def test_cooldown_before_rearming(harness):
+    h = harness(cooldown_s=60)
+    box = h.started(ago_s=3600)
+    h.step(50)
+    h.run_for(1, used_pct=95)
+    assert len(stops(h)) == 1
+    h.run_for(1, used_pct=50)
+    assert h.dog.watched[0].state == "cooldown"
+    # Someone starts it again at once (steady phase faked) and memory is high again.
+    box.running, box.started_at = True, h.clock.time() - 3600
+    h.run_for(50, used_pct=95)
+    assert len(stops(h)) == 1, "acted again during the cool-down"
+    h.run_for(15, used_pct=95)
+    assert len(stops(h)) == 2
+    assert h.events("cooldown_over")
+
+
+def test_dry_run_logs_and_stops_nothing(harness):
+    h = harness(dry_run=True)
+    h.started(ago_s=3600)
+    h.run_for(2, used_pct=95)
+    assert h.docker.actions() == []
+    stop = h.events("stop")[0]
+    assert stop["dry_run"] is True
+    assert stop["result"].startswith("dry-run")
+    assert h.docker.containers["vllm"].running
+
+
+def test_acts_only_on_configured_containers(harness):
+    h = harness(containers=["vllm"])
+    h.started(ago_s=3600, name="vllm-sidecar")
+    h.started(ago_s=3600, name="grafana")
+    h.run_for(3, used_pct=99)
+    assert h.docker.actions() == []
+    assert all(c.path.startswith("/containers/vllm/") for c in h.docker.calls)
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_absent_or_stopped_container_is_idle_not_an_error(harness, present):
+    h = harness()
+    if present:
+        h.docker.run("vllm", h.clock.time() - 3600, running=False)
+    h.run_for(5, used_pct=99)
+    assert h.docker.actions() == []
+    assert h.dog.watched[0].state == "idle"
+    assert h.events("docker_unavailable") == []
+    assert h.step(99) == h.config.poll_slow_s  # nothing to protect: slow polling
+
+
+def test_docker_socket_unavailable_keeps_running_logs_once_and_retries(harness):
+    h = harness(docker_up=False)
+    h.run_for(10, used_pct=50)
+    assert len(h.events("docker_unavailable")) == 1
+    assert h.dog.docker_errors >= 4  # retried every inspect_interval_s (2 s)
+    h.docker.start()
+    h.started(ago_s=3600)
+    h.run_for(3, used_pct=50)
+    assert len(h.events("docker_available")) == 1
+    assert h.dog.watched[0].state == "armed"
+
+
+def test_failed_stop_is_logged_and_retried(harness):
+    h = harness(retry_s=1)
+    h.started(ago_s=3600)
+    h.step(50)
+    h.docker.status["stop"] = 500
+    h.run_for(0.5, used_pct=95)
+    assert len(stops(h)) == 1
+    assert h.events("action_failed")[0]["http_status"] == 500
+    assert h.dog.watched[0].state == "armed"
+    h.run_for(0.5, used_pct=95)
+    assert len(stops(h)) == 1, "retried before retry_s"
+    del h.docker.status["stop"]
+    h.run_for(1, used_pct=95)
+    assert len(stops(h)) == 2
+    assert h.docker.actions("kill") == []
+    assert not h.docker.containers["vllm"].running
+
+
+def test_docker_down_at_the_moment_of_acting_is_retried(harness):
+    h = harness(retry_s=1, kill_after_s=3)
+    h.started(ago_s=3600)
+    h.step(50)
+    h.docker.close()
+    h.run_for(0.3, used_pct=95)
+    failed = h.events("action_failed")
+    assert failed and failed[0]["error"] == "docker unavailable"
+    h.docker.start()
+    h.run_for(1.5, used_pct=95)
+    assert len(stops(h)) == 1
+
+
+# ------------------------------------------------------------------ polling and output
+
+
+def test_polling_is_fast_near_the_threshold_and_slow_far_from_it(harness):
+    h = harness()
+    h.started(ago_s=3600)
+    assert h.step(50) == 1.0
+    assert h.step(85) == pytest.approx(0.5)
+    assert h.step(89.7) == pytest.approx(0.05)
+    assert h.step(91) == pytest.approx(0.05)
+    assert h.config.poll_fast_s <= 0.1
+
+
+def test_prometheus_textfile(harness, tmp_path):
+    path = tmp_path / "wd.prom"
+    h = harness(textfile=str(path))
+    h.started(ago_s=3600)
+    h.run_for(2, used_pct=95)
+    text = path.read_text()
+    assert "sparkfleet_watchdog_up 1" in text
+    assert 'sparkfleet_watchdog_actions_total{container="vllm",action="stop"} 1' in text
+    assert 'sparkfleet_watchdog_state{container="vllm",state="cooldown"} 1' in text
+    assert 'sparkfleet_watchdog_threshold_percent{container="vllm"} 90' in text
+    assert "sparkfleet_watchdog_memory_used_percent 95.000" in text
+
+
+def test_one_log_line_per_state_change_not_per_sample(harness):
+    h = harness()
+    h.started(ago_s=3600)
+    h.run_for(120, used_pct=60)
+    assert [e["event"] for e in h.events()] == ["state"]
+
+
+def test_meminfo_errors_are_logged_and_survived(harness):
+    h = harness()
+    h.started(ago_s=3600)
+    h.step(50)
+    (h.proc.root / "meminfo").unlink()
+    assert h.step() == h.config.poll_slow_s
+    h.step()
+    assert len(h.events("meminfo_error")) == 1
+    h.step(50)
+    assert h.events("meminfo_ok")
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def test_read_meminfo_and_psi(tmp_path):
+    (tmp_path / "pressure").mkdir()
+    (tmp_path / "meminfo").write_text(
+        "MemTotal:       127605464 kB\nMemFree:         1000000 kB\nMemAvailable:   12760546 kB\n"
+        "SwapTotal:       1000 kB\nSwapFree:          400 kB\n"
+    )
+    (tmp_path / "pressure" / "memory").write_text(
+        "some avg10=1.50 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.25 avg60=0.00 avg300=0.00 total=1\n"
+    )
+    sample = wd.read_meminfo(str(tmp_path))
+    assert sample.used_pct == pytest.approx(90.0, abs=0.001)
+    assert sample.swap_total_kib - sample.swap_free_kib == 600
+    assert wd.read_psi(str(tmp_path)) == {"psi_some_avg10": 1.5, "psi_full_avg10": 0.25}
+    (tmp_path / "meminfo").write_text("MemTotal: 100 kB\nMemFree: 10 kB\n")
+    with pytest.raises(ValueError, match="MemAvailable"):
+        wd.read_meminfo(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("text", "epoch"),
+    [
+        ("2026-11-29T23:45:48.123456789Z", 1795995948.123456789),
+        ("2026-11-29T23:45:48Z", 1795995948.0),
+        ("2026-11-30T01:45:48.5+02:00", 1795995948.5),
+        ("0001-01-01T00:00:00Z", None),
+        ("", None),
+        ("yesterday", None),
+    ],
+)
+def test_parse_docker_time(text, epoch):
+    got = wd.parse_docker_time(text)
+    assert got == (pytest.approx(epoch, abs=1e-6) if epoch is not None else None)
