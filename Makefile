@@ -16,10 +16,12 @@ link:
 	@mkdir -p .ansible/collections/ansible_collections/sparkfleet
 	@ln -sfn ../../../.. .ansible/collections/ansible_collections/sparkfleet/serving
 
+# ansible-lint puts $ANSIBLE_HOME/collections first; ~/.ansible/collections holds whichever
+# checkout Molecule installed last, so it is pointed at this checkout's collection link.
 lint: link
 	yamllint .
 	ruff check .
-	ansible-lint
+	ANSIBLE_HOME=$(CURDIR)/.ansible ansible-lint
 
 pytest:
 	$(PYTHON) -m pytest -q tests/testbed tests/pytest

@@ -276,7 +276,7 @@ def effective_service(files: list[tuple[str, str]]) -> tuple[list[str], dict[str
                 exec_start = [value] if value else []
             elif key == "Environment":
                 for item in shlex.split(value):
-                    name, _, val = item.partition("=")
+                    name, val = item.split("=", 1) if "=" in item else (item, "")
                     environment[name] = val
             elif key == "EnvironmentFile":
                 env_files = [] if not value else [*env_files, value]
