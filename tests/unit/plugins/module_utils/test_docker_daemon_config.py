@@ -142,7 +142,7 @@ def test_inputs_are_not_mutated():
     assert wanted == {"log-opts": {"max-size": "1m"}}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(objects, objects)
 def test_property_every_foreign_key_is_kept(current, wanted):
     result = deep_merge(current, wanted)
@@ -152,7 +152,39 @@ def test_property_every_foreign_key_is_kept(current, wanted):
             assert result[key] == value
 
 
-@settings(max_examples=200, deadline=None)
+def leaf_paths(value: object, prefix: tuple = ()) -> dict:
+    """{path: value} of every non-object value (and empty object) inside value."""
+    if isinstance(value, dict) and value:
+        paths: dict = {}
+        for key, item in value.items():
+            paths.update(leaf_paths(item, (*prefix, key)))
+        return paths
+    return {prefix: value}
+
+
+def overridden(path: tuple, wanted: object) -> bool:
+    """True when wanted sets path or one of its parents to a non-object value."""
+    node = wanted
+    for key in path:
+        if not isinstance(node, dict):
+            return True
+        if key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+@settings(max_examples=150, deadline=None)
+@given(objects, objects)
+def test_property_nested_foreign_keys_survive_at_every_depth(current, wanted):
+    # A runtime or log option somebody else set stays unless wanted replaces it.
+    result = leaf_paths(deep_merge(current, wanted))
+    for path, value in leaf_paths(current).items():
+        if path and not overridden(path, wanted):
+            assert result.get(path, "missing") == value, path
+
+
+@settings(max_examples=100, deadline=None)
 @given(objects, objects)
 def test_property_wanted_values_win_at_every_leaf(current, wanted):
     result = deep_merge(current, wanted)
@@ -168,7 +200,7 @@ def test_property_wanted_values_win_at_every_leaf(current, wanted):
     check(result, wanted)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(objects, objects, st.lists(keys, max_size=3))
 def test_property_applying_twice_changes_nothing(current, wanted, remove):
     once = apply_changes(current, wanted, remove)
@@ -176,14 +208,14 @@ def test_property_applying_twice_changes_nothing(current, wanted, remove):
     assert changed_keys(once, apply_changes(once, wanted, remove)) == []
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(objects, objects)
 def test_property_render_round_trips(current, wanted):
     result = apply_changes(current, wanted)
     assert parse_daemon_json(render(result), "daemon.json") == result
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(objects, st.lists(keys, max_size=3))
 def test_property_removed_keys_are_gone_and_others_stay(current, remove):
     result = remove_keys(current, remove)
