@@ -40,15 +40,16 @@ def test_foreign_keys_survive(host):
 
 
 def test_the_seeded_file_was_backed_up(host):
+    # Backups are named daemon.json.<pid>.<time>~; each write of the roles made one.
     backups = host.check_output(f"ls -1 {DAEMON_JSON}.*~").split()
-    assert backups, "no backup of the seeded daemon.json"
-    first = json.loads(host.file(sorted(backups)[0]).content_string)
-    assert first == {
+    contents = [json.loads(host.file(path).content_string) for path in backups]
+    seeded = {
         "data-root": "/var/lib/docker",
         "log-driver": "json-file",
         "log-opts": {"labels": "com.sparkfleet.app", "env": "SPARKFLEET_ROLE"},
         "runtimes": {"sim-runc": {"path": "runc"}},
     }
+    assert seeded in contents, f"no backup of the seeded daemon.json among {backups}"
 
 
 def test_docker_runs_with_mirrors_runtime_and_live_restore(host):
