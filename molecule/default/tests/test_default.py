@@ -28,9 +28,7 @@ def test_box_runs_its_own_docker_engine(host):
 
 def test_inner_docker_runs_a_container_and_publishes_a_port(host):
     host.run("docker rm -f verify-web")
-    started = host.run(
-        "docker run -d --name verify-web -p 18080:80 sparkfleet-sim/busybox httpd -f -p 80 -h /www"
-    )
+    started = host.run("docker run -d --name verify-web -p 18080:80 sparkfleet-sim/busybox httpd -f -p 80 -h /www")
     try:
         assert started.rc == 0, started.stderr
         page = host.run("curl -fsS --retry 20 --retry-connrefused --retry-delay 0 --max-time 2 http://127.0.0.1:18080/")
@@ -62,9 +60,7 @@ def test_nvidia_smi_table_is_the_capture_with_this_driver(host):
     want = fixture("nvidia-smi.txt").splitlines()
     assert len(got) == len(want)
     assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}", got[0].strip())
-    assert got[2] == (
-        "| NVIDIA-SMI 580.142                Driver Version: 580.142        CUDA Version: 13.0     |"
-    )
+    assert got[2] == ("| NVIDIA-SMI 580.142                Driver Version: 580.142        CUDA Version: 13.0     |")
     assert got[1:2] + got[3:] == want[1:2] + want[3:]
 
 
