@@ -293,3 +293,24 @@ def test_not_listening_while_loading(model: Path):
         assert srv.wait() > 1
     finally:
         assert srv.stop() == 0
+
+
+# --- the stand-in's failures are what the role's diagnosis recognises -----------------------
+
+def load_diagnosis():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "vllm_diagnosis.py"
+    spec = importlib.util.spec_from_file_location("vllm_diagnosis", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vllm_diagnosis"] = module  # dataclasses look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["oom", "mamba-block-size", "unsupported-architecture", "nvfp4-illegal-instruction",
+                                  "kv-cache-too-small", "shm", "port-in-use", "model-files-missing"])
+def test_forced_failure_is_diagnosed_as_itself(model: Path, name: str):
+    result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_FAIL": name})
+    assert result.returncode != 0
+    assert load_diagnosis().diagnose(result.stdout)[0]["key"] == name
