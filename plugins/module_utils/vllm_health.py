@@ -1,0 +1,85 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Probes of a starting vLLM server, in the order a client needs them.
+
+1. GET /health answers 200 (the engine is up),
+2. GET /v1/models lists the served model name (requests with that name will work),
+3. one POST /v1/chat/completions answers (this also warms up the JIT).
+
+Pure HTTP with the standard library; the probe functions take an opener so that unit
+tests can run them against a local server.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+STAGES = ("health", "models", "chat")
+
+
+def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    req.add_header("content-type", "application/json")
+    if api_key:
+        req.add_header("authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode("utf-8", "replace")
+    except (OSError, ValueError) as err:
+        # Connection refused while vLLM loads: not an error, just "not yet".
+        return 0, str(err)
+
+
+def probe(base_url: str, stage: str, served_model_name: str, api_key: str = "",
+          timeout: float = 2.0, chat_timeout: float = 120.0) -> tuple[bool, str]:
+    """Run one stage; return (passed, what was seen)."""
+    base = base_url.rstrip("/")
+    if stage == "health":
+        status, text = _request(base + "/health", api_key, None, timeout)
+        return status == 200, f"/health: {status or text}"
+    if stage == "models":
+        status, text = _request(base + "/v1/models", api_key, None, timeout)
+        if status != 200:
+            return False, f"/v1/models: HTTP {status or text} {text[:200] if status else ''}".strip()
+        try:
+            names = [m.get("id") for m in json.loads(text).get("data", [])]
+        except (ValueError, AttributeError):
+            return False, f"/v1/models: not JSON: {text[:200]}"
+        if served_model_name not in names:
+            return False, f"/v1/models lists {names}, not {served_model_name!r}"
+        return True, f"/v1/models lists {served_model_name!r}"
+    if stage == "chat":
+        body = {"model": served_model_name, "max_tokens": 16,
+                "messages": [{"role": "user", "content": "Reply with the single word OK."}]}
+        status, text = _request(base + "/v1/chat/completions", api_key, body, chat_timeout)
+        if status != 200:
+            return False, f"/v1/chat/completions: HTTP {status or text} {text[:200] if status else ''}".strip()
+        try:
+            choices = json.loads(text).get("choices")
+        except (ValueError, AttributeError):
+            choices = None
+        if not choices:
+            return False, f"/v1/chat/completions: no choices in {text[:200]}"
+        return True, "/v1/chat/completions answered"
+    raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
+
+
+def container_failed(state: dict[str, Any], baseline_restarts: int | None) -> str | None:
+    """Why the container is not (or no longer) starting, from `docker inspect` .State; None if fine."""
+    status = state.get("Status")
+    if status in ("exited", "dead"):
+        return f"container {status} with code {state.get('ExitCode')}"
+    if status == "restarting":
+        return f"container is restarting after exit code {state.get('ExitCode')}"
+    if state.get("OOMKilled"):
+        return "container was killed by the kernel OOM killer"
+    if baseline_restarts is not None and state.get("RestartCount", 0) > baseline_restarts:
+        return f"container restarted (restart count {state.get('RestartCount')}) after exit code {state.get('ExitCode')}"
+    return None
