@@ -16,6 +16,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import summarize
 
 display = Display()
@@ -27,7 +28,7 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)

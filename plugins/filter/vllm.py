@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import build_serve_args
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
 
 
-def vllm_serve_args(settings):
+def vllm_serve_args(settings: dict) -> list[str]:
     """Settings dict -> the arguments after `vllm serve`."""
     if not isinstance(settings, dict):
         raise AnsibleFilterError(f"vllm_serve_args expects a dict of settings, got {type(settings).__name__}")
@@ -20,11 +21,11 @@ def vllm_serve_args(settings):
         raise AnsibleFilterError(f"vllm_serve_args: {exc}") from exc
 
 
-def vllm_diagnose(log):
+def vllm_diagnose(log: str | list[str] | None) -> list[dict]:
     """Log text or list of lines -> the known failures found (key, title, variables, advice, evidence)."""
     return diagnose(log)
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict:
         return {"vllm_serve_args": vllm_serve_args, "vllm_diagnose": vllm_diagnose}

@@ -40,7 +40,7 @@ options:
     type: str
     required: true
   api_key:
-    description: API key sent as C(Authorization: Bearer); empty for none.
+    description: API key sent as an C(Authorization) header (Bearer); empty for none.
     type: str
     default: ""
   chat:
@@ -146,8 +146,9 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import container_failed, probe
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import Target, container_failed, probe
 
 
 def inspect(module: AnsibleModule, container: str) -> dict | None:
@@ -184,6 +185,7 @@ def main() -> None:
     )
     p = module.params
     stages = ["health", "models"] + (["chat"] if p["chat"] else [])
+    target = Target(p["url"], p["served_model_name"], api_key=p["api_key"], chat_timeout=p["chat_timeout"])
     deadline = time.monotonic() + max(0.0, p["wait_seconds"])
     passed: list[str] = []
     result: dict = {"changed": False, "stage": "none", "detail": "", "last_log_line": ""}
@@ -200,7 +202,7 @@ def main() -> None:
             break
         # Stages that passed stay passed within this call: vLLM does not go back.
         for stage in stages[len(passed):]:
-            ok, detail = probe(p["url"], stage, p["served_model_name"], p["api_key"], chat_timeout=p["chat_timeout"])
+            ok, detail = probe(target, stage)
             result["detail"] = detail
             if not ok:
                 break

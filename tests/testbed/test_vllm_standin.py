@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -11,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -297,9 +299,7 @@ def test_not_listening_while_loading(model: Path):
 
 # --- the stand-in's failures are what the role's diagnosis recognises -----------------------
 
-def load_diagnosis():
-    import importlib.util
-
+def load_diagnosis() -> ModuleType:
     path = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "vllm_diagnosis.py"
     spec = importlib.util.spec_from_file_location("vllm_diagnosis", path)
     module = importlib.util.module_from_spec(spec)

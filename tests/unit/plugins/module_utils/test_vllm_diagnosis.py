@@ -1,6 +1,7 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
+# ruff: noqa: E501 - log excerpts are quoted as vLLM writes them, one long line each
 """The matcher against log excerpts in the shape real vLLM writes them (from vLLM's own
 issue tracker and the field reports), one per known failure, plus healthy logs."""
 
