@@ -7,28 +7,30 @@
 2. GET /v1/models lists the served model name (requests with that name will work),
 3. one POST /v1/chat/completions answers (this also warms up the JIT).
 
-Pure HTTP with the standard library, unit-tested against a local server.
+Plain HTTP through Ansible's open_url, unit-tested against a local server.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
+
+from ansible.module_utils.urls import open_url
 
 STAGES = ("health", "models", "chat")
 
 
 def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, str]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
-    req.add_header("content-type", "application/json")
+    headers = {"content-type": "application/json"}
     if api_key:
-        req.add_header("authorization", f"Bearer {api_key}")
+        headers["authorization"] = f"Bearer {api_key}"
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        # No proxies: the server is on this host (a proxy variable would send probes away).
+        with open_url(url, data=data, method="POST" if data is not None else "GET", headers=headers,
+                      timeout=timeout, use_proxy=False, validate_certs=False) as resp:
             return resp.status, resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode("utf-8", "replace")

@@ -232,15 +232,15 @@ def test_key_from_environment(model: Path):
 
 
 def test_wrong_model_name_is_404(server: Server):
-    status, text = server.request("/v1/chat/completions", {"model": "Qwen/Qwen3.5-35B-A3B-FP8",
-                                                             "messages": [{"role": "user", "content": "hi"}]})
+    request = {"model": "Qwen/Qwen3.5-35B-A3B-FP8", "messages": [{"role": "user", "content": "hi"}]}
+    status, text = server.request("/v1/chat/completions", request)
     assert status == 404
     assert json.loads(text)["error"]["type"] == "NotFoundError"
 
 
 def test_chat_completion_and_counters(server: Server):
-    status, text = server.request("/v1/chat/completions", {"model": SERVED, "max_tokens": 50,
-                                                             "messages": [{"role": "user", "content": "ping"}]})
+    request = {"model": SERVED, "max_tokens": 50, "messages": [{"role": "user", "content": "ping"}]}
+    status, text = server.request("/v1/chat/completions", request)
     assert status == 200
     body = json.loads(text)
     assert body["object"] == "chat.completion"
@@ -253,8 +253,9 @@ def test_chat_completion_and_counters(server: Server):
 
 def test_tool_call_in_openai_shape(server: Server):
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
-    status, text = server.request("/v1/chat/completions", {"model": SERVED, "tools": tools, "tool_choice": "auto",
-                                                             "messages": [{"role": "user", "content": "weather?"}]})
+    request = {"model": SERVED, "tools": tools, "tool_choice": "auto",
+               "messages": [{"role": "user", "content": "weather?"}]}
+    status, text = server.request("/v1/chat/completions", request)
     assert status == 200
     choice = json.loads(text)["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
