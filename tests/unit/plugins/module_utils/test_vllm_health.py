@@ -30,7 +30,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         if self.path == "/health":
             self._send(200, {})
         elif self.headers.get("authorization") != f"Bearer {KEY}":
@@ -38,7 +38,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(200, {"object": "list", "data": [{"id": self.served}]})
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         request = json.loads(self.rfile.read(length))
         if request["model"] != self.served:
