@@ -137,6 +137,17 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "host directory that holds config.json and the *.safetensors shards (download them first)."
         ),
     ),
+    KnownFailure(
+        key="invalid-arguments",
+        title="vLLM refused its command line",
+        patterns=(r"vllm serve: error: .*",),
+        variables=("vllm_extra_args", "vllm_image"),
+        advice=(
+            "The vLLM in the image does not know a flag or value it was given (a typo in vllm_extra_args, "
+            "or a flag newer than the image). Fix vllm_extra_args or the vllm_* setting named in the error, "
+            "or use an image whose vLLM knows the flag (vllm_image / vllm_image_digest)."
+        ),
+    ),
 )
 
 _COMPILED = tuple((failure, tuple(re.compile(p, re.IGNORECASE | re.DOTALL) for p in failure.patterns))

@@ -171,7 +171,8 @@ def test_changed_setting_recreates_and_is_noticed_fast(host):
     delay = noticed - ready
     print(f"health gate noticed /health {delay:.3f} s after the stand-in became ready")
     (SCENARIO / ".health-delay").write_text(f"{delay:.3f}\n")
-    assert 0 <= delay <= 2.5  # poll interval 1 s, plus one probe
+    # Poll interval 1 s plus one probe; slack for a loaded 2-core CI machine.
+    assert 0 <= delay <= 3.0
 
 
 # --- failures: each one makes the role fail with its diagnosis --------------------------------

@@ -110,6 +110,11 @@ MISSING_WEIGHTS = "\n".join([
     'ts with `/model`',
 ]) + "\n"
 
+ARGS = "\n".join([
+    "usage: vllm serve [model_tag] [options]",
+    "vllm serve: error: unrecognized arguments: --max-num-sequences 16",
+]) + "\n"
+
 HEALTHY = "\n".join([
     '(APIServer pid=1) INFO 11-29 10:06:40 [api_server.py:1826] Starting vLLM API server 0 on http://0.0.'
     '0.0:8000',
@@ -134,6 +139,7 @@ HEALTHY = "\n".join([
     (PORT, "port-in-use", "vllm_port"),
     (MISSING, "model-files-missing", "vllm_model_dir"),
     (MISSING_WEIGHTS, "model-files-missing", "vllm_model_dir"),
+    (ARGS, "invalid-arguments", "vllm_extra_args"),
 ])
 def test_each_known_failure_is_diagnosed_first_and_names_its_variable(log: str, key: str, variable: str):
     found = diagnose(log)
@@ -147,7 +153,7 @@ def test_each_known_failure_is_diagnosed_first_and_names_its_variable(log: str, 
 
 def test_every_known_failure_has_a_test_excerpt():
     tested = {"oom", "mamba-block-size", "unsupported-architecture", "nvfp4-illegal-instruction",
-              "kv-cache-too-small", "shm", "port-in-use", "model-files-missing"}
+              "kv-cache-too-small", "shm", "port-in-use", "model-files-missing", "invalid-arguments"}
     assert {f.key for f in KNOWN_FAILURES} == tested
 
 
