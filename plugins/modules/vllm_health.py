@@ -150,7 +150,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import Target, container_failed, probe
 
-
 INSPECT_EVERY = 2.0
 
 
