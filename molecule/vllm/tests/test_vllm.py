@@ -1,0 +1,247 @@
+"""Verify the vLLM role on a simulated Spark: the real container, the real API (through
+the official openai client), idempotence, recreation, and every known failure diagnosed.
+
+The vLLM image is the stand-in (tests/testbed/vllm-standin): it parses vLLM's command
+line and refuses unknown flags, so the argument list checked here is one vLLM accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+SCENARIO = Path(__file__).resolve().parents[1]
+PROJECT = SCENARIO.parents[1]
+SERVED = "qwen3.5-35b"
+KEY = "sk-molecule-vllm-test"
+BOX = "vl-spark-1"
+MODEL_DIR = "/srv/models/Qwen3.5-35B-A3B-FP8"
+EXPECTED_ARGS = [
+    "serve", "/model", "--served-model-name", SERVED, "--host", "0.0.0.0", "--port", "8000",
+    "--dtype", "auto", "--max-model-len", "16384", "--gpu-memory-utilization", "0.75",
+    "--max-num-seqs", "16", "--max-num-batched-tokens", "16384", "--enforce-eager",
+    "--enable-prefix-caching", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
+    "--tool-call-parser", "qwen3_coder", "--limit-mm-per-prompt", '{"image":0,"video":0}',
+]
+FAST_START = {"vllm_extra_env": {"VLLM_STANDIN_STARTUP_SECONDS": "1"}}
+
+
+def inspect(host, name: str = "vllm") -> dict:
+    return json.loads(host.check_output(f"docker inspect {name}"))[0]
+
+
+def playbook(extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(PROJECT / ".ansible" / "collections"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(SCENARIO / "rerun.yml")]
+    if extra:
+        cmd += ["-e", json.dumps(extra)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+
+
+def recap_changed(out: str) -> int:
+    return int(re.search(r"changed=(\d+)", out.rsplit("PLAY RECAP", maxsplit=1)[-1]).group(1))
+
+
+@pytest.fixture(scope="module")
+def base_url() -> str:
+    ip = subprocess.check_output(
+        ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", BOX], text=True).strip()
+    return f"http://{ip}:8000/v1"
+
+
+# --- the container as converged --------------------------------------------------------------
+
+def test_container_runs_with_exactly_the_expected_arguments(host):
+    info = inspect(host)
+    assert info["State"]["Status"] == "running"
+    assert [info["Path"], *info["Args"]] == ["vllm", *EXPECTED_ARGS]
+
+
+def test_container_options_are_the_safe_ones(host):
+    hc = inspect(host)["HostConfig"]
+    assert hc["NetworkMode"] == "host"
+    assert hc["Runtime"] == "nvidia"
+    assert hc["Privileged"] is False
+    assert not any("unconfined" in opt for opt in hc.get("SecurityOpt") or [])
+    assert hc["ShmSize"] == 16 * 1024**3
+    assert hc["RestartPolicy"]["Name"] == "unless-stopped"
+    mounts = inspect(host)["Mounts"]
+    assert [(m["Source"], m["Destination"], m["RW"]) for m in mounts] == [(MODEL_DIR, "/model", False)]
+    assert inspect(host)["Config"]["StopTimeout"] == 120
+
+
+def test_environment_has_the_profile_and_the_key(host):
+    env = dict(e.split("=", 1) for e in inspect(host)["Config"]["Env"])
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    assert env["VLLM_API_KEY"] == KEY
+
+
+def test_the_model_mount_is_read_only_for_real(host):
+    result = host.run("docker exec vllm sh -c 'touch /model/x'")
+    assert result.rc != 0
+    assert "Read-only file system" in result.stderr
+
+
+def test_deployed_image_is_recorded(host):
+    recorded = json.loads(host.file("/etc/sparkfleet/vllm/deployed.json").content_string)
+    image = json.loads(host.check_output("docker image inspect sparkfleet-sim/vllm-openai:standin"))[0]
+    assert recorded["image_id"] == image["Id"] == inspect(host)["Image"]
+    assert recorded["command"] == EXPECTED_ARGS[1:]
+
+
+def test_api_listens_on_the_box(host):
+    assert host.socket("tcp://0.0.0.0:8000").is_listening
+
+
+# --- the API through the official client --------------------------------------------------
+
+def test_openai_client_chat_completion(base_url: str):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=base_url, api_key=KEY)
+    reply = client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "hello spark"}])
+    assert reply.model == SERVED
+    assert reply.choices[0].message.content.endswith("hello spark")
+    assert [m.id for m in client.models.list()] == [SERVED]
+
+
+def test_openai_client_streamed_completion(base_url: str):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=base_url, api_key=KEY)
+    stream = client.chat.completions.create(model=SERVED, stream=True,
+                                            messages=[{"role": "user", "content": "stream please"}])
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert len(pieces) > 3
+    assert "".join(pieces).endswith("stream please")
+
+
+def test_openai_client_tool_call(base_url: str):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=base_url, api_key=KEY)
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    reply = client.chat.completions.create(model=SERVED, tools=tools, tool_choice="auto",
+                                           messages=[{"role": "user", "content": "time?"}])
+    assert reply.choices[0].message.tool_calls[0].function.name == "get_time"
+
+
+def test_request_without_or_with_a_wrong_key_is_refused(base_url: str):
+    openai = pytest.importorskip("openai")
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=base_url, api_key="wrong").models.list()
+    status = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", base_url + "/models"],
+                            capture_output=True, text=True, check=False).stdout
+    assert status == "401"
+
+
+def test_wrong_model_name_is_404(base_url: str):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=base_url, api_key=KEY)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="Qwen/Qwen3.5-35B-A3B-FP8", messages=[{"role": "user", "content": "x"}])
+
+
+# --- re-runs ---------------------------------------------------------------------------------
+
+def test_rerun_changes_nothing_and_keeps_the_container(host):
+    before = inspect(host)
+    result = playbook()
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert recap_changed(result.stdout) == 0
+    after = inspect(host)
+    assert after["Id"] == before["Id"]
+    assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
+
+
+def test_changed_setting_recreates_and_is_noticed_fast(host):
+    before = inspect(host)
+    result = playbook({"vllm_max_num_seqs": 8})
+    assert result.returncode == 0, result.stdout[-3000:]
+    after = inspect(host)
+    assert after["Id"] != before["Id"]
+    assert after["Args"][after["Args"].index("--max-num-seqs") + 1] == "8"
+    ready = float(host.check_output("docker exec vllm cat /tmp/vllm-standin-ready"))
+    noticed = float(re.search(r"VLLM_HEALTHY_AT=([0-9.]+)", result.stdout).group(1))
+    delay = noticed - ready
+    print(f"health gate noticed /health {delay:.3f} s after the stand-in became ready")
+    (SCENARIO / ".health-delay").write_text(f"{delay:.3f}\n")
+    # Poll interval 1 s plus one probe; slack for a loaded 2-core CI machine.
+    assert 0 <= delay <= 3.0
+
+
+# --- failures: each one makes the role fail with its diagnosis --------------------------------
+
+FAILURES = [
+    ("oom", {"vllm_enforce_eager": False}, "CUDA out of memory", "vllm_enforce_eager"),
+    ("mamba", {"vllm_kv_cache_dtype": "fp8", "vllm_max_num_batched_tokens": 2048},
+     "Mamba cache block_size larger than max_num_batched_tokens", "vllm_kv_cache_dtype"),
+    ("architecture", {"vllm_extra_env": {"VLLM_STANDIN_STARTUP_SECONDS": "1", "VLLM_STANDIN_FLAVOR": "ngc-26.01"}},
+     "does not support the model architecture", "vllm_image"),
+    ("nvfp4", {"vllm_model_dir": "/srv/models/nvfp4"}, "cudaErrorIllegalInstruction", "vllm_model_dir"),
+    ("kv-cache", {"vllm_max_model_len": 65536}, "max_model_len larger than the KV cache can hold",
+     "vllm_max_model_len"),
+    ("shm", {"vllm_shm_size": "64m"}, "Shared memory (/dev/shm) too small", "vllm_shm_size"),
+    ("port", {"vllm_max_num_seqs": 4}, "The API port is already in use", "vllm_port"),
+    ("files", {"vllm_model_dir": "/srv/models/broken"}, "Model files missing", "vllm_model_dir"),
+]
+
+
+@pytest.fixture(scope="module")
+def failure_models(host):
+    host.run_expect([0], "mkdir -p /srv/models/nvfp4 /srv/models/broken")
+    host.run_expect([0], f"cp {MODEL_DIR}/* /srv/models/nvfp4/ && cp {MODEL_DIR}/* /srv/models/broken/")
+    host.run_expect([0], "sed -i 's/\"fp8\"/\"modelopt_fp4\"/' /srv/models/nvfp4/config.json")
+    # config.json present (so the preflight passes) but unreadable for vLLM's loader.
+    host.run_expect([0], "echo model-files-missing > /srv/models/broken/.standin-fail")
+    yield
+    host.run("rm -rf /srv/models/nvfp4 /srv/models/broken")
+
+
+@pytest.mark.parametrize("case", FAILURES, ids=[f[0] for f in FAILURES])
+@pytest.mark.usefixtures("failure_models")
+def test_injected_failure_fails_the_role_with_its_diagnosis(host, case: tuple):
+    name, extra, title, variable = case
+    squatter = None
+    if name == "port":
+        squatter = "vl-port-squatter"
+        host.run(f"docker rm -f {squatter}")
+        # Stop vLLM first so the squatter gets the port, as a hand-started server would.
+        host.run_expect([0], "docker stop vllm")
+        host.run_expect([0], f"docker run -d --name {squatter} --network host sparkfleet-sim/busybox:latest "
+                             "httpd -f -p 8000")
+    try:
+        begin = time.monotonic()
+        result = playbook({**FAST_START, **extra})
+        took = time.monotonic() - begin
+    finally:
+        if squatter:
+            host.run(f"docker rm -f {squatter}")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert "vLLM did not become ready" in out, out[-3000:]
+    assert title in out, out[-3000:]
+    assert variable in out
+    assert "Last " in out and "log lines" in out
+    print(f"{name}: role failed with its diagnosis after {took:.1f} s")
+    with (SCENARIO / ".failure-times").open("a", encoding="utf-8") as handle:
+        handle.write(f"{name} {took:.1f}\n")
+
+
+def test_missing_weights_are_refused_before_anything_changes(host):
+    before = inspect(host)
+    result = playbook({"vllm_model_dir": "/srv/models/does-not-exist", "vllm_max_num_seqs": 2})
+    assert result.returncode != 0
+    assert "/srv/models/does-not-exist/config.json does not exist" in result.stdout + result.stderr
+    assert inspect(host)["Id"] == before["Id"]
+
+
+def test_back_to_the_profile_serves_again(host):
+    result = playbook()
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert [inspect(host)["Path"], *inspect(host)["Args"]] == ["vllm", *EXPECTED_ARGS]

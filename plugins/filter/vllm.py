@@ -1,0 +1,31 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters of the vLLM role: the serve argument list and the start-up log diagnosis."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import build_serve_args
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
+
+
+def vllm_serve_args(settings: dict) -> list[str]:
+    """Settings dict -> the arguments after `vllm serve`."""
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError(f"vllm_serve_args expects a dict of settings, got {type(settings).__name__}")
+    try:
+        return build_serve_args(settings)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_serve_args: {exc}") from exc
+
+
+def vllm_diagnose(log: str | list[str] | None) -> list[dict]:
+    """Log text or list of lines -> the known failures found (key, title, variables, advice, evidence)."""
+    return diagnose(log)
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"vllm_serve_args": vllm_serve_args, "vllm_diagnose": vllm_diagnose}

@@ -1,0 +1,237 @@
+#!/usr/bin/python
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_health
+short_description: Wait until a vLLM container serves its model, or explain why it does not
+version_added: 0.1.0
+author: sparkfleet maintainers (@sparkfleet)
+description:
+  - Polls a vLLM server started in a Docker container through three stages, C(/health), then
+    C(/v1/models) listing the served model name, then one chat completion (which also warms up
+    the JIT), every O(poll_interval) seconds.
+  - Watches the container at the same time; when it exits or restarts, returns at once with the
+    last log lines and a diagnosis of known failures (see the P(sparkfleet.serving.vllm_diagnose#filter) filter).
+  - The action plugin of the same name calls this module in slices of O(wait_seconds) until
+    O(timeout) and prints progress (elapsed time, latest log line) between slices.
+  - Only reads; changes nothing on the host.
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing to diff.
+options:
+  container:
+    description: Name of the vLLM container.
+    type: str
+    required: true
+  url:
+    description: Base URL of the API as seen from the host, without C(/v1).
+    type: str
+    default: http://127.0.0.1:8000
+  served_model_name:
+    description: The name the model is served as (C(--served-model-name)).
+    type: str
+    required: true
+  api_key:
+    description: API key sent as an C(Authorization) header (Bearer); empty for none.
+    type: str
+    default: ""
+  chat:
+    description: Whether the third stage (one chat completion) is required.
+    type: bool
+    default: true
+  wait_seconds:
+    description: How long this call polls at most before returning RV(state=waiting).
+    type: float
+    default: 25
+  timeout:
+    description:
+      - Overall timeout in seconds, used by the action plugin (which makes several calls).
+      - The module itself waits at most O(wait_seconds).
+    type: float
+    default: 1800
+  progress_interval:
+    description: Seconds between progress messages of the action plugin (at most 30).
+    type: float
+    default: 25
+  poll_interval:
+    description: Seconds between two probes.
+    type: float
+    default: 1
+  chat_timeout:
+    description: Seconds the chat completion may take (the first one compiles kernels).
+    type: float
+    default: 120
+  baseline_restarts:
+    description: The container's restart count when the wait began; a higher count means it crashed.
+    type: int
+  log_lines:
+    description: How many log lines to return on failure.
+    type: int
+    default: 50
+notes:
+  - Runs C(docker inspect) and C(docker logs) on the host; needs the Docker CLI there.
+"""
+
+EXAMPLES = r"""
+- name: Wait for vLLM (progress every 25 s, diagnosis on failure)
+  sparkfleet.serving.vllm_health:
+    container: vllm
+    url: http://127.0.0.1:8000
+    served_model_name: qwen3.5-35b
+    api_key: "{{ vault_vllm_api_key }}"
+    timeout: 1800
+  no_log: false
+"""
+
+RETURN = r"""
+state:
+  description: C(ready), C(waiting) (slice over, still starting), C(failed) (container exited, restarted or missing).
+  returned: always
+  type: str
+  sample: ready
+stage:
+  description: The last stage passed (C(none), C(health), C(models), C(chat)).
+  returned: always
+  type: str
+  sample: chat
+detail:
+  description: What the last probe saw.
+  returned: always
+  type: str
+healthy_at:
+  description: Epoch seconds (host clock) when C(/health) first answered 200 in this call, if it did.
+  returned: when the health stage passed in this call
+  type: float
+ready_at:
+  description: Epoch seconds (host clock) when the last stage passed.
+  returned: when state is ready
+  type: float
+last_log_line:
+  description: The container's latest log line.
+  returned: always
+  type: str
+restart_count:
+  description: The container's restart count.
+  returned: when the container exists
+  type: int
+started_at:
+  description: The container's State.StartedAt.
+  returned: when the container exists
+  type: str
+reason:
+  description: Why the container failed.
+  returned: when state is failed
+  type: str
+log_tail:
+  description: The last O(log_lines) log lines.
+  returned: when state is failed or waiting
+  type: list
+  elements: str
+diagnosis:
+  description: Known failures found in the log (see the vllm_diagnose filter).
+  returned: when state is failed or waiting
+  type: list
+  elements: dict
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import Target, container_failed, probe
+
+INSPECT_EVERY = 2.0
+
+
+def inspect(module: AnsibleModule, container: str) -> dict | None:
+    rc, out, _err = module.run_command(["docker", "inspect", "--type", "container", container])
+    if rc != 0:
+        return None
+    return json.loads(out)[0]
+
+
+def logs(module: AnsibleModule, container: str, lines: int) -> list[str]:
+    rc, out, err = module.run_command(["docker", "logs", "--tail", str(lines), container])
+    # vLLM writes to both streams; docker logs keeps them apart. Order within each is kept.
+    text = (out + err) if rc == 0 else err
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            container=dict(type="str", required=True),
+            url=dict(type="str", default="http://127.0.0.1:8000"),
+            served_model_name=dict(type="str", required=True),
+            api_key=dict(type="str", default="", no_log=True),
+            chat=dict(type="bool", default=True),
+            wait_seconds=dict(type="float", default=25),
+            timeout=dict(type="float", default=1800),
+            progress_interval=dict(type="float", default=25),
+            poll_interval=dict(type="float", default=1),
+            chat_timeout=dict(type="float", default=120),
+            baseline_restarts=dict(type="int"),
+            log_lines=dict(type="int", default=50),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    stages = ["health", "models"] + (["chat"] if p["chat"] else [])
+    target = Target(p["url"], p["served_model_name"], api_key=p["api_key"], chat_timeout=p["chat_timeout"])
+    deadline = time.monotonic() + max(0.0, p["wait_seconds"])
+    passed: list[str] = []
+    result: dict = {"changed": False, "stage": "none", "detail": "", "last_log_line": ""}
+    info: dict | None = {}
+    last_inspect = float("-inf")
+    while True:
+        tick = time.monotonic()
+        # Probe first: the moment vLLM answers is what the caller waits for.
+        for stage in stages[len(passed):]:
+            ok, detail = probe(target, stage)
+            result["detail"] = detail
+            if not ok:
+                break
+            passed.append(stage)
+            result["stage"] = stage
+            if stage == "health":
+                result["healthy_at"] = time.time()
+        if len(passed) == len(stages):
+            result.update(state="ready", ready_at=time.time())
+            break
+        # `docker inspect` costs a process start: at most every INSPECT_EVERY seconds.
+        if tick - last_inspect >= INSPECT_EVERY:
+            last_inspect = tick
+            info = inspect(module, p["container"])
+            if info is None:
+                result.update(state="failed", reason=f"container {p['container']} does not exist")
+                break
+            state = dict(info.get("State") or {}, RestartCount=info.get("RestartCount", 0))
+            result.update(restart_count=state["RestartCount"], started_at=state.get("StartedAt", ""))
+            reason = container_failed(state, p["baseline_restarts"])
+            if reason:
+                result.update(state="failed", reason=reason)
+                break
+        if time.monotonic() >= deadline:
+            result["state"] = "waiting"
+            break
+        # Probes run on a fixed tick, however long the work in between took.
+        time.sleep(max(0.05, p["poll_interval"] - (time.monotonic() - tick)))
+    tail = logs(module, p["container"], p["log_lines"]) if info is not None else []
+    result["last_log_line"] = tail[-1] if tail else ""
+    if result["state"] != "ready":
+        result.update(log_tail=tail, diagnosis=diagnose(tail))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

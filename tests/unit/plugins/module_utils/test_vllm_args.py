@@ -1,0 +1,55 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import build_serve_args
+
+STABLE = {
+    "model_path": "/model", "served_model_name": "qwen3.5-35b", "host": "0.0.0.0", "port": 8000,
+    "dtype": "auto", "quantization": "", "max_model_len": 16384, "gpu_memory_utilization": 0.75,
+    "max_num_seqs": 16, "max_num_batched_tokens": 16384, "kv_cache_dtype": "auto", "enforce_eager": True,
+    "enable_prefix_caching": True, "reasoning_parser": "qwen3", "tool_call_parser": "qwen3_coder",
+    "enable_auto_tool_choice": True, "text_only": True, "extra_args": [],
+}
+
+
+def test_the_stable_configuration_of_the_brief():
+    assert build_serve_args(STABLE) == [
+        "/model", "--served-model-name", "qwen3.5-35b", "--host", "0.0.0.0", "--port", "8000",
+        "--dtype", "auto", "--max-model-len", "16384", "--gpu-memory-utilization", "0.75",
+        "--max-num-seqs", "16", "--max-num-batched-tokens", "16384", "--enforce-eager",
+        "--enable-prefix-caching", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
+        "--tool-call-parser", "qwen3_coder", "--limit-mm-per-prompt", '{"image":0,"video":0}',
+    ]
+
+
+def test_fp8_kv_cache_and_quantization_appear_when_set():
+    args = build_serve_args(dict(STABLE, kv_cache_dtype="fp8", quantization="fp8"))
+    assert args[args.index("--kv-cache-dtype") + 1] == "fp8"
+    assert args[args.index("--quantization") + 1] == "fp8"
+
+
+def test_switches_off_are_left_out_and_extra_args_come_last():
+    args = build_serve_args(dict(STABLE, enforce_eager=False, text_only=False, extra_args=["--seed", 7]))
+    assert "--enforce-eager" not in args
+    assert "--limit-mm-per-prompt" not in args
+    assert args[-2:] == ["--seed", "7"]
+
+
+def test_whole_floats_are_written_as_integers():
+    args = build_serve_args(dict(STABLE, max_model_len=32768.0, gpu_memory_utilization=0.8))
+    assert args[args.index("--max-model-len") + 1] == "32768"
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.8"
+
+
+def test_auto_tool_choice_without_parser_is_refused():
+    with pytest.raises(ValueError, match="tool_call_parser"):
+        build_serve_args(dict(STABLE, tool_call_parser=""))
+
+
+def test_model_path_is_required():
+    with pytest.raises(ValueError, match="model_path"):
+        build_serve_args({"served_model_name": "x"})

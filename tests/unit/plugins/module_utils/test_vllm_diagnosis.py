@@ -1,0 +1,190 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Log excerpts are quoted as vLLM writes them; long lines are split into adjacent literals.
+"""The matcher against log excerpts in the shape real vLLM writes them (from vLLM's own
+issue tracker and the field reports), one per known failure, plus healthy logs."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import (
+    KNOWN_FAILURES,
+    diagnose,
+    summarize,
+)
+
+OOM = "\n".join([
+    '(EngineCore_DP0 pid=312) INFO 11-29 10:02:11 [gpu_model_runner.py:2653] Model loading took 34.86 GiB'
+    ' and 181.3 seconds',
+    '(EngineCore_DP0 pid=312) ERROR 11-29 10:03:40 [core.py:708] EngineCore failed to start.',
+    '(EngineCore_DP0 pid=312) ERROR 11-29 10:03:40 [core.py:708]   File "/usr/local/lib/python3.12/dist-p'
+    'ackages/vllm/v1/worker/gpu_worker.py", line 302, in determine_available_memory',
+    '(EngineCore_DP0 pid=312) ERROR 11-29 10:03:40 [core.py:708] torch.OutOfMemoryError: CUDA out of memo'
+    'ry. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 119.70 GiB of which 1.12 GiB is free. '
+    'Including non-PyTorch memory, this process has 112.40 GiB memory in use.',
+    '(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core'
+    ' proc(s): {}',
+]) + "\n"
+
+MAMBA = "\n".join([
+    "(APIServer pid=1) INFO 03-11 08:14:02 [utils.py:253] non-default args: {'model_tag': '/model', 'kv_c"
+    "ache_dtype': 'fp8', 'enable_prefix_caching': True}",
+    '(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig',
+    '(APIServer pid=1)   Assertion failed, In Mamba cache align mode, block_size (2096) must be <= max_nu'
+    "m_batched_tokens (2048). [type=assertion_error, input_value=ArgsKwargs((), {'model_co...transfer_con"
+    "fig': None}), input_type=ArgsKwargs]",
+]) + "\n"
+
+ARCH = "\n".join([
+    '(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig',
+    "(APIServer pid=1)   Value error, Model architectures ['Qwen3_5MoeForConditionalGeneration'] are not "
+    "supported for now. Supported architectures: dict_keys(['AquilaModel', 'LlamaForCausalLM']) [type=val"
+    'ue_error]',
+]) + "\n"
+
+ARCH_TRANSFORMERS = "\n".join([
+    'ValueError: The checkpoint you are trying to load has model type `qwen3_5_moe` but Transformers does'
+    ' not recognize this architecture. This could be because of an issue with the checkpoint, or because '
+    'your version of Transformers is out of date.',
+]) + "\n"
+
+NVFP4 = "\n".join([
+    '(EngineCore_DP0 pid=268) ERROR 04-14 19:01:18 [core.py:708]   File "/usr/local/lib/python3.12/dist-p'
+    'ackages/vllm/v1/worker/gpu_model_runner.py", line 2411, in get_output',
+    '(EngineCore_DP0 pid=268) ERROR 04-14 19:01:18 [core.py:708] torch.AcceleratorError: CUDA error: an i'
+    'llegal instruction was encountered',
+    "(EngineCore_DP0 pid=268) ERROR 04-14 19:01:18 [core.py:708] Search for `cudaErrorIllegalInstruction'"
+    ' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.',
+    '(EngineCore_DP0 pid=268) ERROR 04-14 19:01:18 [core.py:708] CUDA kernel errors might be asynchronous'
+    'ly reported at some other API call, so the stacktrace below might be incorrect.',
+]) + "\n"
+
+KV_CLASSIC = "\n".join([
+    'INFO 03-13 10:21:44 model_runner.py:160] Loading model weights took 14.9888 GB',
+    "ValueError: The model's max seq len (29000) is larger than the maximum number of tokens that can be "
+    'stored in KV cache (23648). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` wh'
+    'en initializing the engine.',
+]) + "\n"
+
+KV_V1 = "\n".join([
+    '(EngineCore_DP0 pid=201) ERROR 11-29 10:05:02 [core.py:708] ValueError: To serve at least one reques'
+    "t with the models's max seq len (262144), (48.00 GiB KV cache is needed, which is larger than the av"
+    'ailable KV cache memory (7.51 GiB). Based on the available memory, the estimated maximum model lengt'
+    'h is 41000. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing '
+    'the engine.',
+]) + "\n"
+
+SHM = "\n".join([
+    '(EngineCore_DP0 pid=88) INFO 11-29 09:58:13 [default_loader.py:267] Loading weights took 60.12 secon'
+    'ds',
+    'Bus error (core dumped)',
+    '(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core'
+    " proc(s): {'EngineCore_DP0': -7}",
+]) + "\n"
+
+SHM_NCCL = "\n".join([
+    'misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-8MkYy2 to 9637892 bytes',
+    'proxy.cc:1330 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-8MkYy2 (size 963788'
+    '8)',
+]) + "\n"
+
+PORT = "\n".join([
+    '(APIServer pid=1) INFO 11-29 10:00:01 [api_server.py:1951] vLLM API server version 0.19.1',
+    '(APIServer pid=1)   File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/api_server'
+    '.py", line 1960, in create_server_socket',
+    '(APIServer pid=1)     sock.bind(addr)',
+    '(APIServer pid=1) OSError: [Errno 98] Address already in use',
+]) + "\n"
+
+MISSING = "\n".join([
+    "ValueError: Invalid repository ID or local directory specified: '/model'.",
+    'Please verify the following requirements:',
+    '1. Provide a valid Hugging Face repository ID.',
+    '2. Specify a local directory that contains a recognized configuration file.',
+]) + "\n"
+
+MISSING_WEIGHTS = "\n".join([
+    '(EngineCore_DP0 pid=90) ERROR 11-29 10:00:40 [core.py:708] RuntimeError: Cannot find any model weigh'
+    'ts with `/model`',
+]) + "\n"
+
+ARGS = "\n".join([
+    "usage: vllm serve [model_tag] [options]",
+    "vllm serve: error: unrecognized arguments: --max-num-sequences 16",
+]) + "\n"
+
+HEALTHY = "\n".join([
+    '(APIServer pid=1) INFO 11-29 10:06:40 [api_server.py:1826] Starting vLLM API server 0 on http://0.0.'
+    '0.0:8000',
+    '(APIServer pid=1) INFO:     Started server process [1]',
+    '(APIServer pid=1) INFO:     Application startup complete.',
+    '(APIServer pid=1) INFO:     127.0.0.1:40312 - "GET /health HTTP/1.1" 200 OK',
+    '(APIServer pid=1) WARNING 11-29 10:06:40 [config.py:1420] Default sampling parameters have been over'
+    "ridden by the model's Hugging Face generation config recommended from the model creator.",
+]) + "\n"
+
+
+@pytest.mark.parametrize(("log", "key", "variable"), [
+    (OOM, "oom", "vllm_enforce_eager"),
+    (MAMBA, "mamba-block-size", "vllm_kv_cache_dtype"),
+    (ARCH, "unsupported-architecture", "vllm_image"),
+    (ARCH_TRANSFORMERS, "unsupported-architecture", "vllm_image"),
+    (NVFP4, "nvfp4-illegal-instruction", "vllm_model_dir"),
+    (KV_CLASSIC, "kv-cache-too-small", "vllm_max_model_len"),
+    (KV_V1, "kv-cache-too-small", "vllm_max_model_len"),
+    (SHM, "shm", "vllm_shm_size"),
+    (SHM_NCCL, "shm", "vllm_shm_size"),
+    (PORT, "port-in-use", "vllm_port"),
+    (MISSING, "model-files-missing", "vllm_model_dir"),
+    (MISSING_WEIGHTS, "model-files-missing", "vllm_model_dir"),
+    (ARGS, "invalid-arguments", "vllm_extra_args"),
+])
+def test_each_known_failure_is_diagnosed_first_and_names_its_variable(log: str, key: str, variable: str):
+    found = diagnose(log)
+    assert found, "nothing matched"
+    assert found[0]["key"] == key
+    assert variable in found[0]["variables"]
+    assert variable in found[0]["message"]
+    # The evidence is vLLM's own line, not the pattern.
+    assert found[0]["evidence"] in log
+
+
+def test_every_known_failure_has_a_test_excerpt():
+    tested = {"oom", "mamba-block-size", "unsupported-architecture", "nvfp4-illegal-instruction",
+              "kv-cache-too-small", "shm", "port-in-use", "model-files-missing", "invalid-arguments"}
+    assert {f.key for f in KNOWN_FAILURES} == tested
+
+
+def test_healthy_log_has_no_diagnosis():
+    assert diagnose(HEALTHY) == []
+    assert diagnose("") == []
+    assert diagnose(None) == []
+
+
+def test_list_of_lines_is_accepted():
+    assert diagnose(PORT.splitlines())[0]["key"] == "port-in-use"
+
+
+def test_nvfp4_is_not_mistaken_for_oom_and_kv_not_for_oom():
+    assert [f["key"] for f in diagnose(NVFP4)] == ["nvfp4-illegal-instruction"]
+    assert [f["key"] for f in diagnose(KV_V1)] == ["kv-cache-too-small"]
+
+
+def test_evidence_is_one_line():
+    evidence = diagnose(MAMBA)[0]["evidence"]
+    assert "\n" not in evidence
+    assert "block_size (2096)" in evidence
+
+
+def test_summary_has_diagnosis_and_tail():
+    tail = OOM.splitlines()[-3:]
+    text = summarize(OOM, tail)
+    assert text.startswith("Diagnosis:\n- CUDA out of memory")
+    assert "Variables: vllm_enforce_eager" in text
+    assert text.endswith(tail[-1])
+
+
+def test_summary_without_match_says_so():
+    assert "no known failure matched" in summarize(HEALTHY, ["x"])
