@@ -52,12 +52,6 @@ options:
     type: int
     default: 30
 attributes:
-  check_mode:
-    support: full
-    description: Only reads; the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
   facts:
     support: full
     description: Returns C(ansible_facts.sparkfleet_gpu).
@@ -67,6 +61,8 @@ notes:
 seealso:
   - module: sparkfleet.serving.gpu_requirements
   - module: sparkfleet.serving.serving_plan
+extends_documentation_fragment:
+  - sparkfleet.serving.checks.READ_ONLY
 """
 
 EXAMPLES = r"""

@@ -77,20 +77,11 @@ options:
         prints each warning once in its summary.
     type: bool
     default: true
-  fail_on_error:
-    description:
-      - Fail when a requirement is not met. With V(false) the module only returns the problems.
-    type: bool
-    default: true
-attributes:
-  check_mode:
-    support: full
-    description: Only compares data; the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes.
 seealso:
   - module: sparkfleet.serving.gpu_facts
+extends_documentation_fragment:
+  - sparkfleet.serving.checks.READ_ONLY
+  - sparkfleet.serving.checks.FAIL_ON_ERROR
 """
 
 EXAMPLES = r"""

@@ -48,20 +48,11 @@ options:
       - meminfo file to read MemTotal from.
     type: path
     default: /proc/meminfo
-  fail_on_error:
-    description:
-      - Fail when a requirement is not met. With V(false) the problems are only returned.
-    type: bool
-    default: true
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes.
 seealso:
   - module: sparkfleet.serving.serving_plan
+extends_documentation_fragment:
+  - sparkfleet.serving.checks.READ_ONLY
+  - sparkfleet.serving.checks.FAIL_ON_ERROR
 """
 
 EXAMPLES = r"""

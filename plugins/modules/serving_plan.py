@@ -137,23 +137,14 @@ options:
         prints each warning once in its summary.
     type: bool
     default: true
-  fail_on_error:
-    description:
-      - Fail when the plan has an error. With V(false) the errors are only returned.
-    type: bool
-    default: true
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes.
 seealso:
   - module: sparkfleet.serving.gpu_facts
   - name: vLLM issue 35519 (NVFP4 on GB10)
     description: cudaErrorIllegalInstruction with NVFP4 kernels on GB10.
     link: https://github.com/vllm-project/vllm/issues/35519
+extends_documentation_fragment:
+  - sparkfleet.serving.checks.READ_ONLY
+  - sparkfleet.serving.checks.FAIL_ON_ERROR
 """
 
 EXAMPLES = r"""

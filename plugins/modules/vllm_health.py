@@ -19,13 +19,6 @@ description:
   - The action plugin of the same name calls this module in slices of O(wait_seconds) until
     O(timeout) and prints progress (elapsed time, latest log line) between slices.
   - Only reads; changes nothing on the host.
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
 options:
   container:
     description: Name of the vLLM container.
@@ -78,6 +71,8 @@ options:
     default: 50
 notes:
   - Runs C(docker inspect) and C(docker logs) on the host; needs the Docker CLI there.
+extends_documentation_fragment:
+  - sparkfleet.serving.checks.READ_ONLY
 """
 
 EXAMPLES = r"""
