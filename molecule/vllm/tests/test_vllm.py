@@ -180,7 +180,7 @@ def test_changed_setting_recreates_the_container(host):
 
 FAILURES = [
     ("oom", {"vllm_enforce_eager": False}, "CUDA out of memory", "vllm_enforce_eager"),
-    # The serving-plan check refuses these two before the container is touched (see
+    # The serving-plan check refuses these before the container is touched (see
     # test_plan_check_refuses_before_the_container_changes); with it turned off, vLLM's own
     # failure must still be diagnosed.
     ("mamba", {"vllm_kv_cache_dtype": "fp8", "vllm_max_num_batched_tokens": 2048, "vllm_plan_check": False},
@@ -191,7 +191,8 @@ FAILURES = [
     ("kv-cache", {"vllm_max_model_len": 65536, "vllm_plan_check": False},
      "max_model_len larger than the KV cache can hold",
      "vllm_max_model_len"),
-    ("shm", {"vllm_shm_size": "64m"}, "Shared memory (/dev/shm) too small", "vllm_shm_size"),
+    ("shm", {"vllm_shm_size": "64m", "vllm_plan_check": False}, "Shared memory (/dev/shm) too small",
+     "vllm_shm_size"),
     ("port", {"vllm_max_num_seqs": 4}, "The API port is already in use", "vllm_port"),
     ("files", {"vllm_model_dir": "/srv/models/broken"}, "Model files missing", "vllm_model_dir"),
 ]
@@ -243,6 +244,7 @@ REFUSED_PLANS = [
      "In Mamba cache align mode, block_size (2096) must be <= max_num_batched_tokens"),
     ("kv-cache", {"vllm_max_model_len": 65536}, "max_model_len"),
     ("utilization", {"vllm_gpu_memory_utilization": 0.97}, "gpu_memory_utilization 0.97"),
+    ("shm", {"vllm_shm_size": "64m"}, "shm_size 64m"),
 ]
 
 
