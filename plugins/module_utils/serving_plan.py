@@ -583,12 +583,17 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
     known = KNOWN_MODELS.get(model_key(settings.get("model"))) or KNOWN_MODELS.get(
         model_key(settings.get("model_path"))
     )
-    config = text_config(settings.get("model_config")) or dict((known or {}).get("config") or {})
+    on_disk = text_config(settings.get("model_config"))
+    builtin = dict((known or {}).get("config") or {})
+    # config.json is authoritative where it says something; for a known model the built-in
+    # numbers fill what it leaves out (a trimmed config.json must not hide a known pitfall).
+    config = {**builtin, **on_disk}
+    sources = [name for name, present in (("config.json", on_disk), ("built-in", builtin)) if present]
     weights, weights_source = weights_size(settings, known)
     plan = {
         "known": known,
         "config": config,
-        "config_source": "config.json" if settings.get("model_config") else ("built-in" if known else "none"),
+        "config_source": " + ".join(sources) or "none",
         "precision": precision_of(settings, config, known),
         "hybrid": is_hybrid(config),
         "kv_cache_dtype": (settings.get("kv_cache_dtype") or "auto").lower(),

@@ -246,7 +246,7 @@ box:
   sample: {unified_memory: true, mem_total_bytes: 130663677952, gpu_names: [NVIDIA GB10], compute_caps: ['12.1'],
            gpu_memory_total_bytes: null}
 config_source:
-  description: Where the architecture numbers come from (config.json, built-in, none).
+  description: Where the architecture numbers come from (config.json, built-in, config.json + built-in, none).
   returned: always
   type: str
   sample: built-in

@@ -251,6 +251,9 @@ REFUSED_PLANS = [
 @pytest.mark.parametrize("case", REFUSED_PLANS, ids=[c[0] for c in REFUSED_PLANS])
 def test_plan_check_refuses_before_the_container_changes(host, case: tuple):
     _name, extra, message = case
+    # A failure case before this one may have left vLLM crash-looping under its restart
+    # policy; stopped, its StartedAt can only change if the role touches it.
+    host.run("docker stop vllm")
     before = inspect(host)
     result = playbook({**FAST_START, **extra})
     out = result.stdout + result.stderr

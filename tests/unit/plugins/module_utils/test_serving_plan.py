@@ -376,3 +376,12 @@ def test_model_key_and_precision():
     )
     assert precision_of({"model": "x", "quantization": "modelopt_fp4"}, {}, None) == "nvfp4"
     assert precision_of({"model": "Qwen/Qwen3.5-35B-A3B"}, {}, {"precision": "bf16"}) == "bf16"
+
+
+def test_a_trimmed_config_json_of_a_known_model_still_trips_the_mamba_rule():
+    # What a partial download or a hand-made config.json leaves: no layer numbers.
+    trimmed = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe"}
+    settings = {**RECIPE, "kv_cache_dtype": "fp8", "max_num_batched_tokens": 2048, "model_config": trimmed}
+    result = check_plan(settings, SPARK)
+    assert result["config_source"] == "config.json + built-in"
+    assert any("block_size (2096) must be <= max_num_batched_tokens" in e for e in result["errors"])
