@@ -27,3 +27,14 @@ options:
     type: bool
     default: true
 """
+
+    # Check modules whose warnings the preflight role prints once in its own summary.
+    REPORT_WARNINGS = r"""
+options:
+  report_warnings:
+    description:
+      - Also emit the warnings as Ansible warnings. The preflight role turns this off and
+        prints each warning once in its summary.
+    type: bool
+    default: true
+"""

@@ -71,17 +71,12 @@ options:
       - Whether a missing NVIDIA Container Toolkit is an error (otherwise a warning).
     type: bool
     default: false
-  report_warnings:
-    description:
-      - Also emit the warnings as Ansible warnings. The preflight role turns this off and
-        prints each warning once in its summary.
-    type: bool
-    default: true
 seealso:
   - module: sparkfleet.serving.gpu_facts
 extends_documentation_fragment:
   - sparkfleet.serving.checks.READ_ONLY
   - sparkfleet.serving.checks.FAIL_ON_ERROR
+  - sparkfleet.serving.checks.REPORT_WARNINGS
 """
 
 EXAMPLES = r"""

@@ -131,12 +131,6 @@ options:
       - Smaller O(shm_size) is a warning.
     type: str
     default: 16g
-  report_warnings:
-    description:
-      - Also emit the warnings as Ansible warnings. The preflight role turns this off and
-        prints each warning once in its summary.
-    type: bool
-    default: true
 seealso:
   - module: sparkfleet.serving.gpu_facts
   - name: vLLM issue 35519 (NVFP4 on GB10)
@@ -145,6 +139,7 @@ seealso:
 extends_documentation_fragment:
   - sparkfleet.serving.checks.READ_ONLY
   - sparkfleet.serving.checks.FAIL_ON_ERROR
+  - sparkfleet.serving.checks.REPORT_WARNINGS
 """
 
 EXAMPLES = r"""
