@@ -535,19 +535,21 @@ class Watchdog:
         """One sample and the decisions it leads to; returns how long to sleep."""
         now = self.clock.monotonic()
         try:
-            self.sample = read_meminfo(self.cfg.proc_root)
+            sample = read_meminfo(self.cfg.proc_root)
         except (OSError, ValueError) as exc:
             self.blind(now, exc)
             return self.cfg.poll_slow_s
+        self.sample = sample
         if self.blind_since is not None:
             self.log("meminfo_ok", blind_s=round(now - self.blind_since, 1))
             self.blind_since = None
         for w in self.watched:
             if w.state in (IDLE, ARMED) and now - w.inspected_at >= self.cfg.inspect_interval_s:
                 self.inspect(w, now)
-            self.evaluate(w, self.sample, now)
+            # This sample, even if the re-check before an action found meminfo unreadable.
+            self.evaluate(w, sample, now)
         self.write_textfile(now)
-        return self.next_interval(self.sample)
+        return self.cfg.poll_slow_s if self.blind_since is not None else self.next_interval(sample)
 
     def blind(self, now: float, exc: Exception) -> None:
         """meminfo cannot be read or parsed. Stopping vLLM on a figure the watchdog cannot

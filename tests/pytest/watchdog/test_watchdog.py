@@ -118,6 +118,23 @@ def test_recheck_just_before_acting_sees_memory_fall(harness):
     assert cleared[0]["used_pct"] == pytest.approx(60, abs=0.01)
 
 
+def test_meminfo_unreadable_at_the_recheck_stops_nothing_and_the_loop_goes_on(harness):
+    h = harness(containers=["vllm", "vllm-big"])
+    h.started(ago_s=3600)
+    h.started(ago_s=3600, name="vllm-big")
+    h.step(50)
+    h.step(92)
+    h.step(92)
+    # meminfo turns unreadable between the third sample and the re-read before acting.
+    h.docker.hooks["json"] = lambda: (h.proc.root / "meminfo").write_text("MemTotal: 1 kB\nMemAvailable:\n")
+    assert h.step() == h.config.poll_slow_s
+    assert h.docker.actions() == []
+    assert h.events("meminfo_error")[0]["error"].startswith("meminfo line 'MemAvailable:'")
+    h.run_for(1, used_pct=92)
+    assert h.events("meminfo_ok")
+    assert len(stops(h)) == 2, "did not act once meminfo read again"
+
+
 def test_recheck_sees_a_restart_and_applies_the_grace_threshold(harness):
     h = harness()
     box = h.started(ago_s=3600)
