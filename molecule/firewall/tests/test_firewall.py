@@ -95,7 +95,8 @@ def test_published_port_obeys_the_api_sources_also_after_docker_restarts():
     for attempt in ("before", "after"):
         if attempt == "after":
             spark.check_output("systemctl restart docker")
-            spark.check_output("timeout 30 sh -c 'until docker inspect -f {{.State.Running}} fw-published | grep -q true; do sleep 0.5; done'")
+            spark.check_output("timeout 30 sh -c 'until docker inspect -f {{.State.Running}} fw-published "
+                               "| grep -q true; do sleep 0.5; done'")
         assert published("fw-client-ok") == "200", attempt
         assert published("fw-client-no") == "blocked", attempt
 

@@ -9,6 +9,7 @@ rule changes.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import re
@@ -32,12 +33,15 @@ def parse_network(value: Any, what: str, errors: list[str]) -> Network | None:
         return ipaddress.ip_network(text, strict=True)
     except ValueError as exc:
         hint = ""
-        try:
+        with contextlib.suppress(ValueError):
             hint = f"; did you mean {ipaddress.ip_network(text, strict=False)}?"
-        except ValueError:
-            pass
         errors.append(f"{what}: {text!r} is not a network in CIDR notation ({exc}){hint}")
     return None
+
+
+def networks(values: Any, what: str, errors: list[str]) -> list[Network]:
+    parsed = [parse_network(value, what, errors) for value in values or []]
+    return [n for n in parsed if n is not None]
 
 
 def parse_port(value: Any, what: str, errors: list[str]) -> int | None:
@@ -112,7 +116,7 @@ def ssh_plan(data: dict[str, Any], errors: list[str]) -> tuple[list[int], list[N
             f"This very connection arrives on port {conn_port}, which the SSH rule (port {ports}) would not allow: "
             "enabling ufw would cut it. Set firewall_ssh_port to the port you connect to (or leave it 0 to detect it)."
         )
-    sources = [n for n in (parse_network(s, "firewall_ssh_sources", errors) for s in data.get("ssh_sources") or []) if n]
+    sources = networks(data.get("ssh_sources"), "firewall_ssh_sources", errors)
     controller = (data.get("controller_address") or client).strip()
     if sources and controller:
         try:
@@ -176,7 +180,7 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     errors: list[str] = []
     ssh_ports, ssh_sources = ssh_plan(data, errors)
     api_port = parse_port(data.get("api_port"), "firewall_api_port", errors)
-    api_sources = [n for n in (parse_network(s, "firewall_api_sources", errors) for s in data.get("api_sources") or []) if n]
+    api_sources = networks(data.get("api_sources"), "firewall_api_sources", errors)
     fleet_ports = [(parse_ports(p.get("port"), "firewall_fleet_ports", errors), p.get("proto", "tcp"))
                    for p in data.get("fleet_ports") or []]
     for _, proto in fleet_ports:
