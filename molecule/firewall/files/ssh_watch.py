@@ -1,4 +1,5 @@
-#!/usr/bin/env python3
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Test bed: watches SSH on a Spark from a client while the firewall role runs.
 
 Holds one connection open (the server's banner read, the client's not yet sent) and

@@ -1,4 +1,5 @@
-#!/usr/bin/env python3
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Turn the firewall role's variables into the ufw rules and DOCKER-USER lines to apply.
 
 Runs on the controller (standard library only), reads one JSON document on stdin and
