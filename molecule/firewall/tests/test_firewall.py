@@ -77,7 +77,7 @@ def test_ssh_answers_both_subnets_on_every_port_sshd_listens_on(client, port):
 def test_ssh_answered_throughout_the_run_and_a_held_connection_survived(client):
     watcher = box(client)
     watcher.run("touch /var/lib/fw-ssh-watch.json.stop")
-    for _ in range(40):
+    for _attempt in range(40):
         if watcher.file("/var/lib/fw-ssh-watch.json").exists:
             break
         time.sleep(0.5)

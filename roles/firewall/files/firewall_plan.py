@@ -60,7 +60,7 @@ def parse_ports(value: Any, what: str, errors: list[str]) -> str | None:
     """A port or a range 'low:high' as ufw writes it."""
     text = str(value).strip()
     if ":" in text:
-        low, _, high = text.partition(":")
+        low, high = text.split(":", maxsplit=1)
         first, last = parse_port(low, what, errors), parse_port(high, what, errors)
         if first is None or last is None:
             return None
@@ -149,7 +149,7 @@ def fleet_addresses(data: dict[str, Any]) -> list[Network]:
             addresses = [facts["ansible_host"]]
         for text in addresses:
             try:
-                address = ipaddress.ip_address(str(text).split("%")[0])
+                address = ipaddress.ip_address(str(text).split("%", maxsplit=1)[0])
             except ValueError:
                 continue  # a DNS name in ansible_host: only facts give its addresses
             if address.is_loopback or address.is_link_local:
@@ -184,7 +184,7 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     api_sources = networks(data.get("api_sources"), "firewall_api_sources", errors)
     fleet_ports = [(parse_ports(p.get("port"), "firewall_fleet_ports", errors), p.get("proto", "tcp"))
                    for p in data.get("fleet_ports") or []]
-    for _, proto in fleet_ports:
+    for proto in sorted({item[1] for item in fleet_ports}):
         if proto not in PROTOCOLS:
             errors.append(f"firewall_fleet_ports: proto {proto!r} is not one of {', '.join(PROTOCOLS)}")
     extra = []
