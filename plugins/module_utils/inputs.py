@@ -111,7 +111,8 @@ GPU_FACTS = {
 def check_gpu_facts(facts: dict, option: str) -> None:
     """Raise InputError when a gpu_facts dict has a value of the wrong kind (e.g. a GPU without a name)."""
     problems = shape_problems(facts, GPU_FACTS, option)
-    for index, gpu in enumerate(facts.get("gpus") or []):
+    gpus = facts.get("gpus")
+    for index, gpu in enumerate(gpus if isinstance(gpus, list) else []):
         if isinstance(gpu, dict) and not isinstance(gpu.get("name"), str):
             problems.append(f"{option}.gpus[{index}]: no name; expected each GPU with its name as gpu_facts gives it")
     if problems:
