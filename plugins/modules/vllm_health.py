@@ -165,8 +165,12 @@ def inspect(module: AnsibleModule, container: str) -> dict | None:
 def check_options(params: dict) -> None:
     """What AnsibleModule cannot check: the URL's form, non-empty names, time ranges."""
     url = params["url"]
-    parts = urlsplit(url) if not re.search(r"\s", url) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url) if not re.search(r"\s", url) else None
+        host = parts.hostname if parts else None
+    except ValueError:  # "http://[" and other forms urllib cannot split
+        parts = host = None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
         raise InputError(f"url {url!r}: expected the server's base URL such as http://127.0.0.1:8000")
     for option in ("container", "served_model_name"):
         if not params[option].strip():

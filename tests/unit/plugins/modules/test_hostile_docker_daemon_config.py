@@ -115,6 +115,11 @@ def test_a_mirror_with_a_space_in_the_host_is_refused():
         assert "white space" in msg
 
 
+@pytest.mark.parametrize("url", ["https://[", "https://[::1", "http://host:port", "https://user@host", "https:///x"])
+def test_a_mirror_urllib_cannot_split_or_that_is_not_a_host_is_refused_with_a_reason(url):
+    assert validate_registry_mirror(url)
+
+
 def test_a_mirror_without_scheme_is_reported_as_no_scheme():
     why = validate_registry_mirror("mirror.example.com:5000")
     assert "no scheme" in why

@@ -35,6 +35,8 @@ def health(**args: object) -> dict:
         ({"url": "ftp://host"}, "url"),
         ({"url": "http://exa mple:8000"}, "url"),
         ({"url": "http://"}, "url"),
+        ({"url": "A://["}, "url"),
+        ({"url": "http://[::1"}, "url"),
         ({"served_model_name": "  "}, "served_model_name"),
         ({"container": ""}, "container"),
         ({"timeout": 0}, "timeout"),
