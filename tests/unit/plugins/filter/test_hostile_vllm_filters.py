@@ -19,7 +19,7 @@ from ansible_collections.sparkfleet.serving.plugins.filter.vllm import vllm_diag
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import KNOWN_KEYS
 from ansible_collections.sparkfleet.serving.tests.unit.plugins.hostile import hostile, python_scalars, python_values
 
-EXAMPLES = 300
+GENERATED_CASES = 300
 BASE = {"model_path": "/model"}
 
 
@@ -83,7 +83,7 @@ settings_strategy = st.dictionaries(
 ).map(lambda d: {**BASE, **d})
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(settings=settings_strategy)
 def test_property_any_settings_give_a_clear_error_or_words(settings):
     try:
@@ -102,7 +102,7 @@ def test_property_any_settings_give_a_clear_error_or_words(settings):
             assert f"--{key.replace('_', '-')}" not in args
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(log=python_values | st.lists(python_scalars | st.binary(max_size=10), max_size=6))
 def test_property_diagnose_any_log_gives_a_list_or_a_clear_error(log):
     try:

@@ -37,7 +37,7 @@ from ansible_collections.sparkfleet.serving.tests.unit.plugins.hostile import (
 
 NVIDIA = {"path": "nvidia-container-runtime", "args": []}
 # Generated cases per property test (derandomized: the same cases every run).
-EXAMPLES = 150
+GENERATED_CASES = 150
 
 
 @contextlib.contextmanager
@@ -277,7 +277,7 @@ def check_outcome(root: Path, original: bytes | None, change: tuple[dict, list[s
                 assert tree[key] == value, key
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(
     existing=json_object_texts(),
     settings=st.dictionaries(
@@ -301,7 +301,7 @@ def test_property_any_file_and_settings_give_a_clear_error_or_strict_json_keepin
         check_outcome(root, original, (settings, remove), result, before)
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(content=st.binary(max_size=64) | st.text(max_size=64).map(lambda t: t.encode("utf-8", "surrogatepass")))
 def test_property_any_bytes_as_daemon_json_give_a_clear_error_or_a_valid_file(content):
     with box() as root:
@@ -315,7 +315,7 @@ def test_property_any_bytes_as_daemon_json_give_a_clear_error_or_a_valid_file(co
             assert literal_tree((root / "etc/daemon.json").read_text(encoding="utf-8"))["live-restore"] is True
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(url=st.text(max_size=40) | st.from_regex(r"\A(https?://)?[a-z0-9. :/@?#\[\]-]{0,30}\Z"))
 def test_property_a_mirror_is_refused_with_a_reason_or_is_a_plain_http_host(url):
     why = validate_registry_mirror(url)
@@ -328,7 +328,7 @@ def test_property_a_mirror_is_refused_with_a_reason_or_is_a_plain_http_host(url)
         assert why
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(value=python_values)
 def test_property_any_value_of_a_known_key_is_written_as_strict_json_or_refused(value):
     with box() as root:

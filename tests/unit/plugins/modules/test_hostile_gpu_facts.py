@@ -19,7 +19,7 @@ from ansible_collections.sparkfleet.serving.tests.unit.plugins.hostile import (
     hostile,
 )
 
-EXAMPLES = 60
+GENERATED_CASES = 60
 MEMINFO = "MemTotal:       127601248 kB\nMemAvailable:   121045876 kB\n"
 
 
@@ -54,7 +54,7 @@ def test_a_command_timeout_below_one_second_is_refused(tmp_path):
     assert_clear_failure(gather(tmp_path, command_timeout=0), "command_timeout")
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(
     output=st.binary(max_size=120)
     | st.lists(st.lists(st.sampled_from(["0", "NVIDIA GB10", "[N/A]", "12.1", "", "x,y", "81559", "é"]), max_size=8)

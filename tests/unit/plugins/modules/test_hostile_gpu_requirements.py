@@ -31,7 +31,7 @@ GB10 = {
     "architecture": "aarch64",
     "container_toolkit": {"present": True},
 }
-EXAMPLES = 150
+GENERATED_CASES = 150
 
 
 def check(**args: object) -> dict:
@@ -77,7 +77,7 @@ def test_facts_of_the_wrong_shape_are_refused_naming_the_option(facts):
 versions = st.one_of(st.none(), st.text(max_size=10), st.from_regex(r"\A\d{1,3}(\.\d{1,3}){0,3}\Z"))
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(
     facts=st.dictionaries(st.sampled_from(sorted(GB10)), python_values, max_size=6).map(lambda d: {**GB10, **d}),
     driver=versions,

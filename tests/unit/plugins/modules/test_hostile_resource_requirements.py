@@ -21,7 +21,7 @@ from ansible_collections.sparkfleet.serving.tests.unit.plugins.hostile import (
 )
 
 GIB = 1024**3
-EXAMPLES = 150
+GENERATED_CASES = 150
 
 
 def check(tmp: Path, **args: object) -> dict:
@@ -55,7 +55,7 @@ def test_sizes_that_cannot_be_meant_are_refused_naming_the_option(tmp_path, opti
     assert_clear_failure(check(tmp_path, **{option: value}), option)
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(
     meminfo=st.binary(max_size=80) | st.text(max_size=80).map(str.encode)
     | st.integers(0, 2**40).map(lambda n: f"MemTotal: {n} kB\n".encode()),

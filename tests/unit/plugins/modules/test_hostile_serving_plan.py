@@ -40,7 +40,7 @@ GOOD = {
     "report_warnings": False,
     **SPARK,
 }
-EXAMPLES = 150
+GENERATED_CASES = 150
 
 
 def plan(**args: object) -> dict:
@@ -209,7 +209,7 @@ configs = st.recursive(
 ) | python_values
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(config=configs, kv=st.sampled_from(["auto", "fp8", "fp8_e5m2"]), length=python_scalars | st.integers(-3, 10**6))
 def test_property_any_config_json_and_length_give_a_clear_error_or_a_plan(config, kv, length):
     with tempfile.TemporaryDirectory() as tmp:
@@ -225,7 +225,7 @@ def test_property_any_config_json_and_length_give_a_clear_error_or_a_plan(config
             assert_plan(result)
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(
     utilization=st.floats() | st.integers(-2, 2),
     mem=st.one_of(st.none(), st.integers(-(2**40), 2**41)),
@@ -277,7 +277,7 @@ gpu_facts = st.one_of(
 )
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(facts=gpu_facts, meminfo=st.binary(max_size=80) | st.text(max_size=80).map(str.encode))
 def test_property_any_gpu_facts_and_meminfo_give_a_clear_error_or_a_plan(facts, meminfo):
     with tempfile.TemporaryDirectory() as tmp:

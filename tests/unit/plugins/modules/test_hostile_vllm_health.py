@@ -18,7 +18,7 @@ from ansible_collections.sparkfleet.serving.tests.unit.plugins.hostile import (
     hostile,
 )
 
-EXAMPLES = 150
+GENERATED_CASES = 150
 GOOD = {"container": "vllm", "served_model_name": "qwen3.5-35b", "url": "http://127.0.0.1:8000"}
 
 
@@ -54,7 +54,7 @@ def test_a_missing_docker_is_a_clear_error():
     assert_clear_failure(health(), "docker")
 
 
-@hostile(EXAMPLES)
+@hostile(GENERATED_CASES)
 @given(
     url=st.text(max_size=30) | st.from_regex(r"\A(https?|ftp)?(://)?[a-z0-9. :/@\[\]-]{0,20}\Z"),
     times=st.lists(st.floats() | st.integers(-5, 5), min_size=3, max_size=3),
