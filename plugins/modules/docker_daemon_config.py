@@ -194,13 +194,10 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.docker_daemon_c
     render,
     unit_file_order,
 )
+from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, read_text_file
 
 # systemd unit names: letters, digits and ":-_.\\@", at most 255 characters (systemd.unit(5)).
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,247}\.service")
-
-
-class InputError(Exception):
-    """An option or a file cannot be used; the message names it and says what was expected."""
 
 
 def read_text(path: str) -> str | None:
@@ -214,24 +211,7 @@ def read_text(path: str) -> str | None:
 
 def read_daemon_json(path: str) -> str | None:
     """daemon.json's text, None when it does not exist; InputError for anything unusable."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError as err:
-        raise InputError(f"path {path} is a directory; expected the daemon.json file ({path}/daemon.json?)") from err
-    except NotADirectoryError as err:
-        raise InputError(f"path {path}: a part of it is a file, not a directory; expected a file path") from err
-    except OSError as err:
-        raise InputError(f"path {path} cannot be read: {err.strerror}") from err
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(
-            f"{path} is not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}); dockerd reads "
-            "daemon.json as UTF-8 JSON. The file was left as it is; fix or move it and run again."
-        ) from err
+    return read_text_file(path, "path", "the daemon.json file, UTF-8 JSON as dockerd reads it (left as it is)")
 
 
 def target_path(path: str) -> str:
