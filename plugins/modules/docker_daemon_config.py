@@ -136,7 +136,9 @@ path:
   type: str
   sample: /etc/docker/daemon.json
 config:
-  description: The configuration after the change (or as it is, when nothing changes).
+  description:
+    - The configuration after the change (or as it is, when nothing changes).
+    - A number no float can hold (for example C(1e400)) is returned as its text; the file keeps it as written.
   returned: always
   type: dict
   sample: {"live-restore": true, "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}
