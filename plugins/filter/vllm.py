@@ -21,9 +21,26 @@ def vllm_serve_args(settings: dict) -> list[str]:
         raise AnsibleFilterError(f"vllm_serve_args: {exc}") from exc
 
 
-def vllm_diagnose(log: str | list[str] | None) -> list[dict]:
+def log_lines(log: object) -> str | list[str] | None:
+    """The log as diagnose reads it: text, or a list of text lines (None, numbers, bytes made text)."""
+    if log is None or isinstance(log, str):
+        return log
+    if isinstance(log, bytes):
+        return log.decode("utf-8", "replace")
+    if isinstance(log, (list, tuple)):
+        return [
+            "" if line is None else line.decode("utf-8", "replace") if isinstance(line, bytes) else str(line)
+            for line in log
+        ]
+    raise AnsibleFilterError(
+        f"vllm_diagnose expects the log as text or a list of lines, got {type(log).__name__}; "
+        "pass a registered result's .stdout or .stdout_lines"
+    )
+
+
+def vllm_diagnose(log: object) -> list[dict]:
     """Log text or list of lines -> the known failures found (key, title, variables, advice, evidence)."""
-    return diagnose(log)
+    return diagnose(log_lines(log))
 
 
 class FilterModule:
