@@ -15,9 +15,12 @@ AT_DIR := $(AT_ROOT)/ansible_collections/sparkfleet/serving
 export ANSIBLE_HOME := $(CURDIR)/.ansible
 export ANSIBLE_REMOTE_TMP := ~/.ansible/tmp
 
-.PHONY: importer test setup lint sanity units pytest molecule link collection demo demo-clean clean
+.PHONY: importer test quick setup lint sanity units pytest molecule link collection demo demo-clean clean
 
 test: lint pytest sanity units collection importer molecule
+
+# The inner loop: every gate but the tarball and Molecule (a few minutes, no containers).
+quick: lint pytest units sanity
 
 # Fresh machine: apt packages, pinned Python toolchain, a running Docker engine.
 setup:
