@@ -19,8 +19,10 @@ export ANSIBLE_REMOTE_TMP := ~/.ansible/tmp
 
 test: lint pytest sanity units collection importer molecule
 
-# The inner loop: every gate but the tarball and Molecule (a few minutes, no containers).
-quick: lint pytest units sanity
+# The inner loop: every gate but the tarball and Molecule, no containers. Two at a time
+# (sanity, the longest, first): on two cores that is about half the sequential time.
+quick: link
+	$(MAKE) --no-print-directory -j2 --output-sync=target sanity lint pytest units
 
 # Fresh machine: apt packages, pinned Python toolchain, a running Docker engine.
 setup:
