@@ -19,7 +19,7 @@ STABLE = {
 }
 
 
-def test_the_stable_configuration_of_the_brief():
+def test_the_stable_dgx_spark_configuration():
     # The profile's `vllm serve` command line, kept once for these tests and Molecule's.
     golden = Path(__file__).resolve().parents[3] / "fixtures" / "vllm" / "qwen3.5-35b-a3b-fp8.argv.json"
     assert build_serve_args(STABLE) == json.loads(golden.read_text(encoding="utf-8"))[1:]
