@@ -10,44 +10,28 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import openai
 import pytest
+from spark_testinfra import golden_vllm_argv, inspect_container, recap_changed, run_playbook
 
 SCENARIO = Path(__file__).resolve().parents[1]
-PROJECT = SCENARIO.parents[1]
 SERVED = "qwen3.5-35b"
 KEY = "sk-molecule-vllm-test"
 BOX = "vl-spark-1"
 MODEL_DIR = "/srv/models/Qwen3.5-35B-A3B-FP8"
-EXPECTED_ARGS = [
-    "serve", "/model", "--served-model-name", SERVED, "--host", "0.0.0.0", "--port", "8000",
-    "--dtype", "auto", "--max-model-len", "16384", "--gpu-memory-utilization", "0.75",
-    "--max-num-seqs", "16", "--max-num-batched-tokens", "16384", "--enforce-eager",
-    "--enable-prefix-caching", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
-    "--tool-call-parser", "qwen3_coder", "--limit-mm-per-prompt", '{"image":0,"video":0}',
-]
-FAST_START = {"vllm_extra_env": {"VLLM_STANDIN_STARTUP_SECONDS": "1"}}
+EXPECTED_ARGS = golden_vllm_argv()
 
 
 def inspect(host, name: str = "vllm") -> dict:
-    return json.loads(host.check_output(f"docker inspect {name}"))[0]
+    return inspect_container(host, name)
 
 
 def playbook(extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(PROJECT / ".ansible" / "collections"),
-               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(SCENARIO / "rerun.yml")]
-    if extra:
-        cmd += ["-e", json.dumps(extra)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
-
-
-def recap_changed(out: str) -> int:
-    return int(re.search(r"changed=(\d+)", out.rsplit("PLAY RECAP", maxsplit=1)[-1]).group(1))
+    return run_playbook(SCENARIO / "rerun.yml", extra)
 
 
 @pytest.fixture(scope="module")
@@ -176,99 +160,102 @@ def test_changed_setting_recreates_the_container(host):
 
 
 # --- failures: each one makes the role fail with its diagnosis --------------------------------
+# failures.yml runs every case in one ansible-playbook run (one play per case, input as the
+# play's vars) and records how the role ended; the tests judge the records.
 
 FAILURES = [
-    ("oom", {"vllm_enforce_eager": False}, "CUDA out of memory", "vllm_enforce_eager"),
-    # The serving-plan check refuses these before the container is touched (see
-    # test_plan_check_refuses_before_the_container_changes); with it turned off, vLLM's own
-    # failure must still be diagnosed.
-    ("mamba", {"vllm_kv_cache_dtype": "fp8", "vllm_max_num_batched_tokens": 2048, "vllm_plan_check": False},
-     "Mamba cache block_size larger than max_num_batched_tokens", "vllm_kv_cache_dtype"),
-    ("architecture", {"vllm_extra_env": {"VLLM_STANDIN_STARTUP_SECONDS": "1", "VLLM_STANDIN_FLAVOR": "ngc-26.01"}},
-     "does not support the model architecture", "vllm_image"),
-    ("nvfp4", {"vllm_model_dir": "/srv/models/nvfp4"}, "cudaErrorIllegalInstruction", "vllm_model_dir"),
-    ("kv-cache", {"vllm_max_model_len": 65536, "vllm_plan_check": False},
-     "max_model_len larger than the KV cache can hold",
-     "vllm_max_model_len"),
-    ("shm", {"vllm_shm_size": "64m", "vllm_plan_check": False}, "Shared memory (/dev/shm) too small",
-     "vllm_shm_size"),
-    ("port", {"vllm_max_num_seqs": 4}, "The API port is already in use", "vllm_port"),
-    ("files", {"vllm_model_dir": "/srv/models/broken"}, "Model files missing", "vllm_model_dir"),
+    ("oom", "CUDA out of memory", "vllm_enforce_eager"),
+    ("mamba", "Mamba cache block_size larger than max_num_batched_tokens", "vllm_kv_cache_dtype"),
+    ("architecture", "does not support the model architecture", "vllm_image"),
+    ("nvfp4", "cudaErrorIllegalInstruction", "vllm_model_dir"),
+    ("kv-cache", "max_model_len larger than the KV cache can hold", "vllm_max_model_len"),
+    ("shm", "Shared memory (/dev/shm) too small", "vllm_shm_size"),
+    ("port", "The API port is already in use", "vllm_port"),
+    ("files", "Model files missing", "vllm_model_dir"),
 ]
 
 
+def run_cases(playbook: str, name: str) -> tuple[subprocess.CompletedProcess, Path]:
+    records = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / name
+    shutil.rmtree(records, ignore_errors=True)
+    records.mkdir(parents=True)
+    result = run_playbook(SCENARIO / playbook, {"failures_records": str(records)})
+    return result, records
+
+
+def record(records: Path, case: str) -> dict:
+    path = records / f"{case}.json"
+    assert path.exists(), f"{case}: the case did not run (no {path.name})"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="module")
-def failure_models(host):
+def failure_records(host) -> Path:
     host.run_expect([0], "mkdir -p /srv/models/nvfp4 /srv/models/broken")
     host.run_expect([0], f"cp {MODEL_DIR}/* /srv/models/nvfp4/ && cp {MODEL_DIR}/* /srv/models/broken/")
     host.run_expect([0], "sed -i 's/\"fp8\"/\"modelopt_fp4\"/' /srv/models/nvfp4/config.json")
     # config.json present (so the preflight passes) but unreadable for vLLM's loader.
     host.run_expect([0], "echo model-files-missing > /srv/models/broken/.standin-fail")
-    yield
-    host.run("rm -rf /srv/models/nvfp4 /srv/models/broken")
+    try:
+        result, records = run_cases("failures.yml", "vllm-failures")
+    finally:
+        host.run("rm -rf /srv/models/nvfp4 /srv/models/broken")
+    # Every failure was rescued to be recorded: the run itself must have succeeded.
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return records
 
 
 @pytest.mark.parametrize("case", FAILURES, ids=[f[0] for f in FAILURES])
-@pytest.mark.usefixtures("failure_models")
-def test_injected_failure_fails_the_role_with_its_diagnosis(host, case: tuple):
-    name, extra, title, variable = case
-    squatter = None
-    if name == "port":
-        squatter = "vl-port-squatter"
-        host.run(f"docker rm -f {squatter}")
-        # Stop vLLM first so the squatter gets the port, as a hand-started server would.
-        host.run_expect([0], "docker stop vllm")
-        host.run_expect([0], f"docker run -d --name {squatter} --network host sparkfleet-sim/busybox:latest "
-                             "httpd -f -p 8000")
-    try:
-        begin = time.monotonic()
-        result = playbook({**FAST_START, **extra})
-        took = time.monotonic() - begin
-    finally:
-        if squatter:
-            host.run(f"docker rm -f {squatter}")
-    out = result.stdout + result.stderr
-    assert result.returncode != 0, out[-3000:]
-    assert "vLLM did not become ready" in out, out[-3000:]
-    assert title in out, out[-3000:]
-    assert variable in out
-    assert "Last " in out and "log lines" in out
-    print(f"{name}: role failed with its diagnosis after {took:.1f} s")
+def test_injected_failure_fails_the_role_with_its_diagnosis(failure_records: Path, case: tuple):
+    name, title, variable = case
+    got = record(failure_records, name)
+    assert got["failed"], f"{name}: the role did not fail"
+    msg = got["msg"]
+    assert msg.startswith("vLLM did not become ready"), msg[-3000:]
+    assert title in msg, msg[-3000:]
+    assert variable in msg
+    assert "Last " in msg and "log lines" in msg
+    print(f"{name}: the health gate failed with its diagnosis after {got['elapsed']} s")
     with (SCENARIO / ".failure-times").open("a", encoding="utf-8") as handle:
-        handle.write(f"{name} {took:.1f}\n")
+        handle.write(f"{name} {got['elapsed']}\n")
 
 
-REFUSED_PLANS = [
-    ("mamba", {"vllm_kv_cache_dtype": "fp8", "vllm_max_num_batched_tokens": 2048},
-     "In Mamba cache align mode, block_size (2096) must be <= max_num_batched_tokens"),
-    ("kv-cache", {"vllm_max_model_len": 65536}, "max_model_len"),
-    ("utilization", {"vllm_gpu_memory_utilization": 0.97}, "gpu_memory_utilization 0.97"),
-    ("shm", {"vllm_shm_size": "64m"}, "shm_size 64m"),
+# --- refusals: the role stops before the container changes ---------------------------------
+
+REFUSED = [
+    ("mamba", "serving plan", "In Mamba cache align mode, block_size (2096) must be <= max_num_batched_tokens"),
+    ("kv-cache", "serving plan", "max_model_len"),
+    ("utilization", "serving plan", "gpu_memory_utilization 0.97"),
+    ("shm", "serving plan", "shm_size 64m"),
+    ("weights", "weights", "/srv/models/does-not-exist/config.json does not exist"),
 ]
 
 
-@pytest.mark.parametrize("case", REFUSED_PLANS, ids=[c[0] for c in REFUSED_PLANS])
-def test_plan_check_refuses_before_the_container_changes(host, case: tuple):
-    _name, extra, message = case
-    # A failure case before this one may have left vLLM crash-looping under its restart
+@pytest.fixture(scope="module")
+def refusal_records(host) -> tuple[dict, dict, Path]:
+    # A failure case before these may have left vLLM crash-looping under its restart
     # policy; stopped, its StartedAt can only change if the role touches it.
     host.run("docker stop vllm")
     before = inspect(host)
-    result = playbook({**FAST_START, **extra})
-    out = result.stdout + result.stderr
-    assert result.returncode != 0, out[-3000:]
-    assert "serving plan for Qwen/Qwen3.5-35B-A3B-FP8 has" in out, out[-3000:]
-    assert message in out, out[-3000:]
-    after = inspect(host)
+    result, records = run_cases("refusals.yml", "vllm-refusals")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return before, inspect(host), records
+
+
+def test_refusals_leave_the_container_untouched(refusal_records: tuple):
+    before, after, _records = refusal_records
     assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
 
 
-def test_missing_weights_are_refused_before_anything_changes(host):
-    before = inspect(host)
-    result = playbook({"vllm_model_dir": "/srv/models/does-not-exist", "vllm_max_num_seqs": 2})
-    assert result.returncode != 0
-    assert "/srv/models/does-not-exist/config.json does not exist" in result.stdout + result.stderr
-    assert inspect(host)["Id"] == before["Id"]
+@pytest.mark.parametrize("case", REFUSED, ids=[c[0] for c in REFUSED])
+def test_refused_input_stops_the_role_with_its_reason(refusal_records: tuple, case: tuple):
+    name, kind, message = case
+    got = record(refusal_records[2], name)
+    assert got["failed"], f"{name}: the role did not refuse the input"
+    if kind == "serving plan":
+        assert "serving plan for Qwen/Qwen3.5-35B-A3B-FP8 has" in got["msg"], got["msg"]
+    assert message in got["msg"], got["msg"]
+    assert "Wait until vLLM" not in got["task"]
 
 
 def test_back_to_the_profile_serves_again(host):

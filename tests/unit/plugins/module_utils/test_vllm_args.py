@@ -3,6 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import build_serve_args
@@ -17,13 +20,9 @@ STABLE = {
 
 
 def test_the_stable_dgx_spark_configuration():
-    assert build_serve_args(STABLE) == [
-        "/model", "--served-model-name", "qwen3.5-35b", "--host", "0.0.0.0", "--port", "8000",
-        "--dtype", "auto", "--max-model-len", "16384", "--gpu-memory-utilization", "0.75",
-        "--max-num-seqs", "16", "--max-num-batched-tokens", "16384", "--enforce-eager",
-        "--enable-prefix-caching", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
-        "--tool-call-parser", "qwen3_coder", "--limit-mm-per-prompt", '{"image":0,"video":0}',
-    ]
+    # The profile's `vllm serve` command line, kept once for these tests and Molecule's.
+    golden = Path(__file__).resolve().parents[3] / "fixtures" / "vllm" / "qwen3.5-35b-a3b-fp8.argv.json"
+    assert build_serve_args(STABLE) == json.loads(golden.read_text(encoding="utf-8"))[1:]
 
 
 def test_fp8_kv_cache_and_quantization_appear_when_set():

@@ -1,10 +1,10 @@
-"""di-bare: no engine at first (purged by prepare.yml); the role installs docker.io."""
+"""dk-bare: no engine at first (purged by prepare.yml); the role installs docker.io."""
 
 from __future__ import annotations
 
 import json
 
-testinfra_hosts = ["di-bare"]
+testinfra_hosts = ["dk-bare"]
 
 MIRRORS = ["https://mirror.sparkfleet.test"]
 IMAGE = "sparkfleet-sim/busybox:latest"

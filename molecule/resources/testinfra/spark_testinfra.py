@@ -1,0 +1,51 @@
+"""What the scenarios' testinfra tests share: re-running a playbook as Molecule runs it,
+reading its recap, the vLLM container and the profile's golden command line.
+
+On the verifier's path through `verifier.env.PYTHONPATH` in .config/molecule/config.yml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[3]
+GOLDEN_ARGV = PROJECT / "tests" / "fixtures" / "vllm" / "qwen3.5-35b-a3b-fp8.argv.json"
+
+
+def run_playbook(playbook: Path, extra_vars: dict | None = None, limit: str | None = None,
+                 ) -> subprocess.CompletedProcess:
+    """ansible-playbook on the scenario's inventory with Molecule's environment.
+
+    Results come one JSON document per task, so error messages are not re-wrapped as in
+    the YAML format the scenarios' own runs use.
+    """
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+           "ANSIBLE_COLLECTIONS_PATH": str(PROJECT / ".ansible" / "collections")}
+    command = ["ansible-playbook", "--inventory", str(Path(env["MOLECULE_INVENTORY_FILE"]).parent)]
+    if limit:
+        command += ["--limit", limit]
+    if extra_vars:
+        command += ["--extra-vars", json.dumps(extra_vars)]
+    command.append(str(playbook))
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
+
+
+def recap_changed(output: str) -> int:
+    """The sum of changed= over the PLAY RECAP's hosts."""
+    recap = output.rsplit("PLAY RECAP", maxsplit=1)[-1]
+    return sum(int(n) for n in re.findall(r"changed=(\d+)", recap))
+
+
+def golden_vllm_argv() -> list[str]:
+    """`vllm serve ...` as the shipped profile must run it (without the executable)."""
+    return json.loads(GOLDEN_ARGV.read_text(encoding="utf-8"))
+
+
+def inspect_container(host, name: str = "vllm") -> dict:
+    """`docker inspect` of a container in the simulated Spark's own engine."""
+    return json.loads(host.check_output(f"docker inspect {name}"))[0]
