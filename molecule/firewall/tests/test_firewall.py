@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import testinfra
+from spark_testinfra import run_playbook
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
-PROJECT = Path(__file__).resolve().parents[3]
 SPARK = {"lan-a": "10.231.61.10", "lan-b": "10.231.62.10", "lan-a6": "[fd00:231:61::10]", "lan-b6": "[fd00:231:62::10]"}
 # Each box reaches the Spark through the network they share.
 SIDE = {"fw-client-ok": "lan-a", "fw-client-no": "lan-b", "fw-peer": "lan-b"}
@@ -138,11 +137,6 @@ def test_defaults_deny_incoming_and_allow_outgoing():
 def test_bad_input_and_a_missing_ssh_port_are_refused_before_any_rule_changes():
     # refuse.yml runs the role with each bad input; its own asserts check the message and
     # that iptables, ip6tables and ufw's files are unchanged.
-    collections = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(PROJECT / ".ansible" / "collections")
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_COLLECTIONS_PATH": collections}
-    run = subprocess.run(
-        ["ansible-playbook", "-i", str(Path(INVENTORY).parent), str(Path(__file__).parents[1] / "refuse.yml")],
-        capture_output=True, text=True, env=env, timeout=900, check=False,
-    )
+    run = run_playbook(Path(__file__).parents[1] / "refuse.yml")
     assert run.returncode == 0, run.stdout[-3000:]
     assert re.search(r"fw-spark\s+: .*failed=0 .*rescued=4", run.stdout), run.stdout[-1500:]
