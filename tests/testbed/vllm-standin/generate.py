@@ -36,12 +36,12 @@ import importlib.machinery
 import importlib.metadata
 import io
 import json
-import os
 import re
 import sys
 import tarfile
 import tempfile
 import types
+import typing
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -290,16 +290,21 @@ class _StubMeta(type):
         return type.__call__(cls)
 
 
+def stub_attribute(_self: Any, name: str) -> Any:
+    return _stub(name)()
+
+
 def _stub(name: str) -> type:
     def absorb(self: Any, *_args: Any, **_kwargs: Any) -> Any:
         return self
 
     def any_schema(_cls: Any, _source: Any, _handler: Any) -> Any:
-        from pydantic_core import core_schema
+        # pydantic builds schemas for vLLM's config dataclasses: a stub type accepts anything.
+        from pydantic_core import core_schema  # noqa: PLC0415 - only present where vLLM is imported
         return core_schema.any_schema()
 
     namespace = {
-        "__module__": "stub", "__getattr__": lambda self, n: _stub(n)(),
+        "__module__": "stub", "__getattr__": stub_attribute,
         "__call__": lambda self, *a, **k: a[0] if len(a) == 1 and callable(a[0]) and not k else self,
         "__getitem__": absorb, "__iter__": lambda self: iter(()), "__len__": lambda self: 0,
         "__bool__": lambda self: False, "__radd__": lambda self, other: other, "__add__": absorb,
@@ -307,7 +312,7 @@ def _stub(name: str) -> type:
         "__int__": lambda self: 0, "__index__": lambda self: 0, "__float__": lambda self: 0.0,
         "__enter__": absorb, "__exit__": lambda self, *a: False,
         "__lt__": lambda s, o: False, "__gt__": lambda s, o: False, "__le__": lambda s, o: False,
-        "__ge__": lambda s, o: False, "__hash__": lambda s: id(s), "__eq__": lambda s, o: s is o,
+        "__ge__": lambda s, o: False, "__hash__": object.__hash__, "__eq__": lambda s, o: s is o,
         "__str__": lambda s: name, "__repr__": lambda s: name,
         "__init_subclass__": classmethod(lambda cls, **k: None),
         "__get_pydantic_core_schema__": classmethod(any_schema),
@@ -316,7 +321,7 @@ def _stub(name: str) -> type:
 
 
 class _StubModule(types.ModuleType):
-    __path__: list[str] = []
+    __path__: typing.ClassVar[list[str]] = []
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -333,7 +338,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.source = source
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        top = fullname.split(".")[0]
+        top = fullname.split(".", 1)[0]
         if top == "vllm":
             rel = self.source.joinpath(*fullname.split("."))
             if rel.with_suffix(".py").exists() or rel.is_dir():
@@ -361,14 +366,15 @@ def import_vllm(source: Path) -> dict[str, Any]:
             return "2.10.0"  # stubbed torch & co.: any recent release number
 
     importlib.metadata.version = version
-    import vllm.platforms as platforms
+    # vLLM's modules can only be imported once the stubs and the source path are in place.
+    from vllm import platforms  # noqa: PLC0415
     # The platform decides some defaults; the image this stand-in replaces runs on CUDA.
     platforms.resolve_current_platform_cls_qualname = lambda: "vllm.platforms.cuda.CudaPlatform"
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
-    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
-    from vllm.reasoning import ReasoningParserManager
-    from vllm.tool_parsers import ToolParserManager
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args  # noqa: PLC0415
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS  # noqa: PLC0415
+    from vllm.reasoning import ReasoningParserManager  # noqa: PLC0415
+    from vllm.tool_parsers import ToolParserManager  # noqa: PLC0415
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: PLC0415
     return {
         "make_arg_parser": make_arg_parser, "validate": validate_parsed_serve_args,
         "parser_cls": FlexibleArgumentParser, "quantization": list(QUANTIZATION_METHODS),
