@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import importlib.machinery
 import importlib.util
-import io
 import inspect
+import io
 import json
 import os
 import re
