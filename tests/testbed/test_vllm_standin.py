@@ -342,8 +342,8 @@ def test_a_refused_case_refuses_in_a_real_process_too(plain_model: Path):
 
 
 def test_validate_only_exits_before_loading(model: Path):
-    result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_VALIDATE_ONLY": "1",
-                                                  "VLLM_STANDIN_STARTUP_SECONDS": "60"}, timeout=20)
+    env = {"VLLM_STANDIN_VALIDATE_ONLY": "1", "VLLM_STANDIN_STARTUP_SECONDS": "60"}
+    result = run([str(model), *STABLE_FLAGS], env=env, timeout=20)
     assert result.returncode == 0
     assert "Loading safetensors checkpoint shards" not in result.stdout
 

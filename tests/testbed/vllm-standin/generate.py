@@ -551,7 +551,7 @@ def outcome(vllm: dict[str, Any], data: dict[str, Any], argv: list[str]) -> dict
         return {"stage": "validate", "exit": 1, "error": f"TypeError: {exc}"}
     error = startup_error(args, data)
     if error:
-        first, _, detail = error.partition("\n")
+        first, _newline, detail = error.partition("\n")
         return {"stage": "startup", "exit": 1, "error": first, **({"detail": detail} if detail else {})}
     return {"stage": "accepted", "exit": 0, "error": None}
 
@@ -580,7 +580,7 @@ def generate(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     cli.add_argument("--version", default=DEFAULT_VERSION, help="vLLM release (default %(default)s)")
     cli.add_argument("--sdist", type=Path, help="a downloaded vllm-X.tar.gz instead of fetching it")
     cli.add_argument("--output", type=Path, default=OUTPUT)
