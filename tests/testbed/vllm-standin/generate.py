@@ -70,6 +70,9 @@ MESSAGES = {
     "unknown-reasoning-parser": (
         "vllm/entrypoints/openai/api_server.py", "invalid reasoning parser: ",
         "invalid reasoning parser: {name} (chose from {{ {choices} }})"),
+    "reasoning-parser-not-found": (
+        "vllm/reasoning/abs_reasoning_parsers.py", "Reasoning parser '",
+        "Reasoning parser '{name}' not found. Available parsers: {registered}"),
     "auto-tool-choice-without-parser": (
         "vllm/entrypoints/openai/cli_args.py", "Error: --enable-auto-tool-choice requires",
         "Error: --enable-auto-tool-choice requires --tool-call-parser"),
@@ -232,6 +235,8 @@ CASES: list[list[str]] = [
     # refused at start-up (no argparse choices for these names)
     [MODEL, "--reasoning-parser", "gpt_oss"],
     [MODEL, "--reasoning-parser", "qwen4"],
+    [MODEL, "--structured-outputs-config", '{"reasoning_parser": "qwen4"}'],
+    [MODEL, "--structured-outputs-config.reasoning_parser", "gpt_oss"],
     [MODEL, "--enable-auto-tool-choice", "--tool-call-parser", "qwen4"],
     [MODEL, "--quantization", "nvfp8"],
     [MODEL, "--load-format", "tensorstore"],
@@ -499,27 +504,36 @@ def quote(source: Path, rel: str, anchor: str, template: str) -> dict[str, Any]:
 
 # --- outcomes under the real parser ---------------------------------------------------------------
 
-def startup_error(args: argparse.Namespace, data: dict[str, Any]) -> str | None:
-    """The start-up checks vLLM makes on names that argparse lets through, in vLLM's order:
-    api_server.py validate_api_server_args, then ModelConfig (quantization), then the loader."""
+def startup_error(args: argparse.Namespace, data: dict[str, Any]) -> tuple[str, str] | None:
+    """The checks vLLM makes on names that argparse lets through, in vLLM's order, as (stage,
+    error): "startup" before the engine process starts (api_server.py validate_api_server_args,
+    then ModelConfig's quantization check), "engine" in the engine process (the loader's
+    load format; the reasoning parser, looked up by StructuredOutputManager in
+    vllm/v1/engine/core.py after the KV cache is set up)."""
     msgs = data["messages"]
     tools = data["registries"]["tool_call_parsers"]
     if args.enable_auto_tool_choice and args.tool_call_parser not in tools:
         text = msgs["unknown-tool-call-parser"]["template"].format(name=args.tool_call_parser,
                                                                    choices=",".join(tools))
-        return f"KeyError: {text!r}"
+        return "startup", f"KeyError: {text!r}"
     reasoning = data["registries"]["reasoning_parsers"]
-    if args.reasoning_parser and args.reasoning_parser not in reasoning:
-        text = msgs["unknown-reasoning-parser"]["template"].format(name=args.reasoning_parser,
-                                                                   choices=",".join(reasoning))
-        return f"KeyError: {text!r}"
+    # validate_api_server_args reads structured_outputs_config.reasoning_parser, which
+    # --reasoning-parser reaches only later (EngineArgs.create_engine_config).
+    early = args.structured_outputs_config.reasoning_parser
+    if early and early not in reasoning:
+        text = msgs["unknown-reasoning-parser"]["template"].format(name=early, choices=",".join(reasoning))
+        return "startup", f"KeyError: {text!r}"
     quants = data["registries"]["quantization"]
     if args.quantization is not None and args.quantization not in quants:
         # Raised in ModelConfig.__post_init__: pydantic reports it as a ValidationError.
         text = msgs["unknown-quantization"]["template"].format(name=args.quantization, choices=quants)
-        return PYDANTIC.format(cls="ModelConfig") + "\n  Value error, " + text
+        return "startup", PYDANTIC.format(cls="ModelConfig") + "\n  Value error, " + text
     if args.load_format not in data["registries"]["load_formats"]:
-        return "ValueError: " + msgs["unknown-load-format"]["template"].format(name=args.load_format)
+        return "engine", "ValueError: " + msgs["unknown-load-format"]["template"].format(name=args.load_format)
+    if args.reasoning_parser and args.reasoning_parser not in reasoning:
+        text = msgs["reasoning-parser-not-found"]["template"].format(name=args.reasoning_parser,
+                                                                     registered=", ".join(reasoning))
+        return "engine", f"KeyError: {text!r}"
     return None
 
 
@@ -549,10 +563,11 @@ def outcome(vllm: dict[str, Any], data: dict[str, Any], argv: list[str]) -> dict
         vllm["validate"](args)
     except TypeError as exc:
         return {"stage": "validate", "exit": 1, "error": f"TypeError: {exc}"}
-    error = startup_error(args, data)
-    if error:
+    found = startup_error(args, data)
+    if found:
+        stage, error = found
         first, _newline, detail = error.partition("\n")
-        return {"stage": "startup", "exit": 1, "error": first, **({"detail": detail} if detail else {})}
+        return {"stage": stage, "exit": 1, "error": first, **({"detail": detail} if detail else {})}
     return {"stage": "accepted", "exit": 0, "error": None}
 
 
