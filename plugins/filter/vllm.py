@@ -21,9 +21,14 @@ def vllm_serve_args(settings: dict) -> list[str]:
         raise AnsibleFilterError(f"vllm_serve_args: {exc}") from exc
 
 
-def vllm_diagnose(log: str | list[str] | None) -> list[dict]:
-    """Log text or list of lines -> the known failures found (key, title, variables, advice, evidence)."""
-    return diagnose(log)
+def vllm_diagnose(log: str | list[str] | None, exit_code: int | None = None) -> list[dict]:
+    """Log text or list of lines (and the container's exit code) -> the known failures found."""
+    if exit_code is not None and not isinstance(exit_code, int):
+        try:
+            exit_code = int(exit_code)
+        except (TypeError, ValueError) as exc:
+            raise AnsibleFilterError(f"vllm_diagnose: exit_code must be an integer, got {exit_code!r}") from exc
+    return diagnose(log, exit_code)
 
 
 class FilterModule:
