@@ -26,10 +26,29 @@ _VALUED = (
     ("kv_cache_dtype", "--kv-cache-dtype"),
 )
 # (setting, flag) for on/off switches; emitted only when true (vLLM's defaults are off).
-_SWITCHES = (
-    ("enforce_eager", "--enforce-eager"),
-    ("enable_prefix_caching", "--enable-prefix-caching"),
-)
+_SWITCHES = (("enforce_eager", "--enforce-eager"),)
+# (setting, flag) for vLLM's tri-state switches (argparse.BooleanOptionalAction, default None):
+# true -> --flag, false -> --no-flag, None or "" -> neither (vLLM decides per model).
+_TRI_STATE = (("enable_prefix_caching", "--enable-prefix-caching"),)
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+# How an unset (null) variable can arrive through Jinja: None, "", or its text "None".
+_UNSET = {"", "none", "null"}
+
+
+def tri_state(value: Any, name: str) -> bool | None:
+    """True, False or None (unset) from a setting as Ansible hands it over (bool or text)."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _UNSET:
+        return None
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{name} is {value!r}: expected true, false or null (null leaves it to vLLM's model default)")
 
 # Text-only serving: skip the vision encoder's memory profiling (stalls start-up).
 TEXT_ONLY_LIMITS = {"image": 0, "video": 0}
@@ -60,6 +79,10 @@ def build_serve_args(settings: dict[str, Any]) -> list[str]:
     for key, flag in _SWITCHES:
         if settings.get(key):
             args.append(flag)
+    for key, flag in _TRI_STATE:
+        state = tri_state(settings.get(key), key)
+        if state is not None:
+            args.append(flag if state else "--no-" + flag[2:])
     if settings.get("reasoning_parser"):
         args += ["--reasoning-parser", str(settings["reasoning_parser"])]
     if settings.get("tool_call_parser"):
