@@ -15,6 +15,10 @@ from __future__ import annotations
 import math
 import re
 
+from ansible_collections.sparkfleet.serving.plugins.module_utils.resources import (
+    MIN_FREE_AFTER_WEIGHTS_BYTES,
+    memory_shortfall,
+)
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import tri_state
 
 GIB = 1024**3
@@ -85,9 +89,8 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 BLOCK_ALIGNMENT = 16
 
 DEFAULT_THRESHOLDS = {
-    # Memory that must be left after the weights on unified memory: the field's BF16 run
-    # had ~56 GiB left and OOMed in profiling, the FP8 run ~87 GiB and was stable.
-    "min_free_after_weights_bytes": 64 * GIB,
+    # Memory that must be left after the weights on unified memory (the rule resources.py keeps).
+    "min_free_after_weights_bytes": MIN_FREE_AFTER_WEIGHTS_BYTES,
     "warn_utilization": 0.85,
     "max_utilization": 0.95,
     # Docker's default /dev/shm is 64 MB, which breaks vLLM's inter-process queues.
@@ -352,7 +355,7 @@ def rule_weights_fit(settings: dict, facts: dict, plan: dict) -> list[dict]:
     if facts.get("unified_memory") and memory:
         left = memory - weights
         need = plan["thresholds"]["min_free_after_weights_bytes"]
-        if left < need:
+        if memory_shortfall(memory, weights, need):
             what = f"{precision.upper()} weights" if sixteen_bit else "weights"
             return [
                 finding(

@@ -61,6 +61,16 @@ def _number(value: Any) -> str:
     return str(value)
 
 
+def _switches(settings: dict[str, Any]) -> list[str]:
+    """On/off flags, then tri-state flags (--flag, --no-flag or neither)."""
+    flags = [flag for key, flag in _SWITCHES if settings.get(key)]
+    for key, flag in _TRI_STATE:
+        state = tri_state(settings.get(key), key)
+        if state is not None:
+            flags.append(flag if state else "--no-" + flag[2:])
+    return flags
+
+
 def build_serve_args(settings: dict[str, Any]) -> list[str]:
     """The arguments after `vllm serve`, in a fixed order.
 
@@ -76,13 +86,7 @@ def build_serve_args(settings: dict[str, Any]) -> list[str]:
         if value is None or value == "" or (key == "kv_cache_dtype" and value == "auto"):
             continue
         args += [flag, _number(value)]
-    for key, flag in _SWITCHES:
-        if settings.get(key):
-            args.append(flag)
-    for key, flag in _TRI_STATE:
-        state = tri_state(settings.get(key), key)
-        if state is not None:
-            args.append(flag if state else "--no-" + flag[2:])
+    args += _switches(settings)
     if settings.get("reasoning_parser"):
         args += ["--reasoning-parser", str(settings["reasoning_parser"])]
     if settings.get("tool_call_parser"):
