@@ -50,6 +50,7 @@ def tri_state(value: Any, name: str) -> bool | None:
         return False
     raise ValueError(f"{name} is {value!r}: expected true, false or null (null leaves it to vLLM's model default)")
 
+
 # Text-only serving: skip the vision encoder's memory profiling (stalls start-up).
 TEXT_ONLY_LIMITS = {"image": 0, "video": 0}
 
