@@ -9,8 +9,9 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_requirement
 
 GIB = 1024**3
 # The one rule for the weights in unified memory (resource_requirements and serving_plan both
-# use it): what must remain after loading them. The field's BF16 Qwen3.5-35B run had ~56 GiB
-# left and ran out of memory while profiling; the FP8 run had ~87 GiB and was stable.
+# use it): what must remain after loading them. On a 128 GB Spark the BF16 Qwen3.5-35B-A3B
+# (64.69 GiB of weights) left ~56 GiB and ran out of memory while profiling; the FP8
+# checkpoint (34.22 GiB) left ~87 GiB and was stable.
 MIN_FREE_AFTER_WEIGHTS_BYTES = 64 * GIB
 # Files a download tool is still writing: they do not count as present weights.
 PARTIAL_SUFFIXES = (".incomplete", ".part", ".tmp", ".lock")
