@@ -37,8 +37,8 @@ options:
   memory_headroom_bytes:
     description:
       - Memory that must remain on top of the weights (KV cache, activations, the OS). The default is the rule
-        M(sparkfleet.serving.serving_plan) applies too (its C(min_free_after_weights_bytes)), 64 GiB, since on a 128 GB
-        Spark the BF16 Qwen3.5-35B-A3B left ~56 GiB and ran out of memory while profiling.
+        M(sparkfleet.serving.serving_plan) applies too (its C(min_free_after_weights_bytes)), 64 GiB, since on a
+        128 GB Spark the BF16 Qwen3.5-35B-A3B left ~56 GiB and ran out of memory while profiling.
     type: int
     default: 68719476736
   mem_total_bytes:
