@@ -32,8 +32,14 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)
-        timeout = float(args.get("timeout", 1800))
-        slice_seconds = min(float(args.get("progress_interval", 25)), MAX_PROGRESS_INTERVAL)
+        try:
+            timeout = float(args.get("timeout", 1800))
+            slice_seconds = min(float(args.get("progress_interval", 25)), MAX_PROGRESS_INTERVAL)
+        except (TypeError, ValueError):
+            result.update(failed=True, msg=(
+                f"timeout {args.get('timeout')!r} / progress_interval {args.get('progress_interval')!r}: "
+                "expected numbers of seconds"))
+            return result
         host = (task_vars or {}).get("inventory_hostname", "?")
         begin = time.monotonic()
         baseline = args.get("baseline_restarts")

@@ -21,14 +21,31 @@ def vllm_serve_args(settings: dict) -> list[str]:
         raise AnsibleFilterError(f"vllm_serve_args: {exc}") from exc
 
 
-def vllm_diagnose(log: str | list[str] | None, exit_code: int | None = None) -> list[dict]:
+def log_lines(log: object) -> str | list[str] | None:
+    """The log as diagnose reads it: text, or a list of text lines (None, numbers, bytes made text)."""
+    if log is None or isinstance(log, str):
+        return log
+    if isinstance(log, bytes):
+        return log.decode("utf-8", "replace")
+    if isinstance(log, (list, tuple)):
+        return [
+            "" if line is None else line.decode("utf-8", "replace") if isinstance(line, bytes) else str(line)
+            for line in log
+        ]
+    raise AnsibleFilterError(
+        f"vllm_diagnose expects the log as text or a list of lines, got {type(log).__name__}; "
+        "pass a registered result's .stdout or .stdout_lines"
+    )
+
+
+def vllm_diagnose(log: object, exit_code: object = None) -> list[dict]:
     """Log text or list of lines (and the container's exit code) -> the known failures found."""
     if exit_code is not None and not isinstance(exit_code, int):
         try:
             exit_code = int(exit_code)
         except (TypeError, ValueError) as exc:
             raise AnsibleFilterError(f"vllm_diagnose: exit_code must be an integer, got {exit_code!r}") from exc
-    return diagnose(log, exit_code)
+    return diagnose(log_lines(log), exit_code)
 
 
 class FilterModule:

@@ -13,10 +13,13 @@ to start when an option is set in both places).
 from __future__ import annotations
 
 import copy
+import difflib
 import json
+import math
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -95,11 +98,66 @@ class DaemonJsonError(ValueError):
     """daemon.json (or a value for it) cannot be used; the message says why."""
 
 
+class JsonNumber:
+    """A number from daemon.json, kept as the literal text it was written with.
+
+    Python's float cannot hold every JSON number (1e400 becomes inf, which json.dumps
+    writes as Infinity, which no JSON parser accepts) and would reformat others (1.10 ->
+    1.1). A foreign key's number is written back exactly as it was read. It compares
+    equal to the same value given as an int or a float, so re-setting a key to its
+    current value is no change.
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def decimal(self) -> Decimal:
+        return Decimal(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, JsonNumber):
+            return self.decimal() == other.decimal()
+        if isinstance(other, bool) or not isinstance(other, (int, float)):
+            return NotImplemented
+        if isinstance(other, float) and not math.isfinite(other):
+            return False
+        return self.decimal() == Decimal(other)
+
+    def __hash__(self) -> int:
+        return hash(self.decimal())
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def is_integer(self) -> bool:
+        return re.fullmatch(r"-?\d+", self.text) is not None
+
+    def plain(self) -> int | float | str:
+        """The value as Python has it: int, finite float, else the literal text."""
+        if self.is_integer():
+            return int(self.text)
+        value = float(self.text)
+        return value if math.isfinite(value) else self.text
+
+
+def _refuse_constant(path: str) -> Callable[[str], None]:
+    def refuse(name: str) -> None:
+        raise DaemonJsonError(
+            f"{path} is not usable: it holds {name}, which is not JSON (dockerd's parser refuses it). "
+            "The file was left as it is; fix that value and run again."
+        )
+
+    return refuse
+
+
 def parse_daemon_json(text: str, path: str) -> dict:
     """Return the object in daemon.json text; blank text is an empty configuration.
 
-    Raises DaemonJsonError naming the file and the parse error when the text is not a
-    JSON object or repeats a key (Go keeps the last one silently; we would lose one).
+    Numbers are kept as JsonNumber (their literal text). Raises DaemonJsonError naming
+    the file and the parse error when the text is not a JSON object, repeats a key (Go
+    keeps the last one silently; we would lose one) or holds NaN / Infinity.
     """
     if not text.strip():
         return {}
@@ -113,16 +171,55 @@ def parse_daemon_json(text: str, path: str) -> dict:
         return seen
 
     try:
-        data = json.loads(text, object_pairs_hook=no_duplicates)
+        data = json.loads(
+            text,
+            object_pairs_hook=no_duplicates,
+            parse_float=JsonNumber,
+            parse_int=JsonNumber,
+            parse_constant=_refuse_constant(path),
+        )
     except json.JSONDecodeError as err:
         raise DaemonJsonError(
             f"{path} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}. "
             "The file was left as it is; fix it (or move it away) and run again."
         ) from err
+    except RecursionError as err:
+        raise DaemonJsonError(f"{path} is not usable: its objects are nested too deeply to read") from err
     if not isinstance(data, dict):
         found = type(data).__name__
+        found = "number" if isinstance(data, JsonNumber) else found
         raise DaemonJsonError(f"{path} is not usable: expected a JSON object at the top level, found {found}")
     return data
+
+
+def plain(value: Any) -> Any:
+    """The configuration with JsonNumber turned into int / float (or text when too large): for results."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    if isinstance(value, JsonNumber):
+        return value.plain()
+    return value
+
+
+def json_problems(value: Any, where: str) -> list[str]:
+    """Why value cannot be written as strict JSON (NaN, Infinity, a non-JSON type), by key path."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{where}: found {value}, which JSON cannot hold (dockerd refuses NaN and Infinity); give a number"]
+    if value is None or isinstance(value, (str, bool, int, float, JsonNumber)):
+        return []
+    if isinstance(value, dict):
+        problems = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                problems.append(f"{where}: key {key!r} is a {type(key).__name__}; JSON keys are strings")
+                continue
+            problems += json_problems(item, f"{where}.{key}")
+        return problems
+    if isinstance(value, (list, tuple)):
+        return [p for index, item in enumerate(value) for p in json_problems(item, f"{where}[{index}]")]
+    return [f"{where}: found a {type(value).__name__}, which is not a JSON value"]
 
 
 def deep_merge(current: Any, wanted: Any) -> Any:
@@ -175,65 +272,271 @@ def reload_sufficient(before: dict, after: dict) -> bool:
     return all(key in RELOADABLE_KEYS and key in after for key in changed_keys(before, after))
 
 
+def _render_string(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (\ud800 in the file) has no UTF-8 form: keep it escaped.
+        return json.dumps(text)
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _render(value: Any, level: int) -> str:  # noqa: PLR0911 - one return per JSON type
+    pad, inner = " " * 4 * level, " " * 4 * (level + 1)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f"{inner}{_render_string(key)}: {_render(item, level + 1)}" for key, item in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        return "[\n" + ",\n".join(f"{inner}{_render(item, level + 1)}" for item in value) + f"\n{pad}]"
+    if isinstance(value, JsonNumber):
+        return value.text
+    if isinstance(value, str):
+        return _render_string(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DaemonJsonError(f"refusing to write {value}: JSON has no NaN or Infinity")
+    return json.dumps(value)
+
+
 def render(config: dict) -> str:
-    """daemon.json text as nvidia-ctk and Docker's docs write it (4-space indent)."""
-    return json.dumps(config, indent=4) + "\n"
+    """daemon.json text as nvidia-ctk and Docker's docs write it (4-space indent).
+
+    Strict JSON only: foreign numbers come back as they were written (JsonNumber), text
+    stays UTF-8 (no \\u escapes for non-ASCII), NaN and Infinity are refused.
+    """
+    return _render(config, 0) + "\n"
+
+
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?)*\.?")
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]+(%[A-Za-z0-9._~-]+)?")
 
 
 def validate_registry_mirror(url: str) -> str | None:  # noqa: PLR0911 - one return per rule reads best
     """Return why url is not a usable registry mirror, or None when it is.
 
-    Docker accepts an http(s) URL of a host (and port) only: no path, query, fragment
-    or credentials (moby registry.ValidateMirror).
+    Docker accepts an http(s) URL of a host (and port) only: no path (Docker 20.10 refuses
+    one), query, fragment or credentials (moby registry.ValidateMirror, v20.10.24
+    registry/config.go and docker-v29.7.2 daemon/pkg/registry/config.go).
     """
     if not isinstance(url, str):
-        return f"{url!r} is not a string"
+        return f"{url!r} is a {type(url).__name__}; expected a URL string such as https://mirror.example.com"
+    if "://" not in url or url.startswith("://"):
+        # urlsplit reads "mirror.example.com:5000" as scheme "mirror.example.com": say what is missing.
+        return f"{url!r}: no scheme; expected an http:// or https:// URL such as https://{url or 'mirror.example.com'}"
+    if re.search(r"\s", url):
+        return f"{url!r}: contains white space; expected a URL such as https://mirror.example.com"
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError as err:
         return f"{url!r} is not a URL ({err})"
     if parts.scheme not in ("http", "https"):
-        return f"{url!r}: expected an http:// or https:// URL, found scheme {parts.scheme or 'none'!r}"
-    if not parts.hostname:
-        return f"{url!r}: no host name"
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        return f"{url!r}: a mirror is a host only (e.g. https://mirror.example.com); remove the path, query or fragment"
+        return f"{url!r}: expected an http:// or https:// URL, found scheme {parts.scheme!r}"
     if parts.username is not None or parts.password is not None:
         return f"{url!r}: credentials do not belong in the URL; use `docker login <mirror>` instead"
+    host = parts.hostname or ""
+    if not host:
+        return f"{url!r}: no host name"
+    if not (_HOST.fullmatch(host) or (":" in host and _IPV6.fullmatch(host))):
+        return f"{url!r}: {host!r} is not a host name (letters, digits, '-' and '.') or an IP address"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return f"{url!r}: a mirror is a host only (e.g. https://mirror.example.com); remove the path, query or fragment"
     return None
 
 
-def check_values(config: dict, keys: Iterable[str]) -> list[str]:
+# Top-level daemon.json keys dockerd reads, with their Go types: the json tags of the Config
+# structs in moby v20.10.24 (Debian 12's docker.io: daemon/config/config.go,
+# config_common_unix.go, config_unix.go, registry/config.go) and docker-v29.7.2
+# (daemon/config/config.go, config_linux.go, daemon/pkg/registry/config.go).
+# "any" where the value is not checked here.
+KEY_TYPES: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "allow-direct-routing", "cri-containerd", "debug", "experimental", "icc", "init", "ip-forward",
+            "ip-forward-no-drop", "ip-masq", "ip6tables", "iptables", "ipv6", "live-restore", "no-new-privileges",
+            "raw-logs", "rootless", "selinux-enabled", "tls", "tlsverify", "userland-proxy",
+        ),
+        "bool",
+    ),
+    **dict.fromkeys(
+        (
+            "cpu-rt-period", "cpu-rt-runtime", "default-stop-timeout", "max-concurrent-downloads",
+            "max-concurrent-uploads", "max-download-attempts", "mtu", "network-control-plane-mtu",
+            "network-diagnostic-port", "oom-score-adjust", "shutdown-timeout", "swarm-raft-election-tick",
+            "swarm-raft-heartbeat-tick",
+        ),
+        "int",
+    ),
+    **dict.fromkeys(
+        (
+            "allow-nondistributable-artifacts", "authorization-plugins", "cdi-spec-dirs", "dns", "dns-opts",
+            "dns-search", "exec-opts", "host-gateway-ips", "hosts", "insecure-registries", "labels",
+            "node-generic-resources", "registry-mirrors", "storage-opts",
+        ),
+        "list of strings",
+    ),
+    **dict.fromkeys(
+        (
+            "api-cors-header", "bip", "bip6", "bridge", "bridge-accept-fwmark", "cgroup-parent", "cluster-advertise",
+            "cluster-store", "containerd", "containerd-namespace", "containerd-plugin-namespace", "data-root",
+            "default-cgroupns-mode", "default-gateway", "default-gateway-v6", "default-init", "default-ipc-mode",
+            "default-runtime", "default-shm-size", "exec-root", "firewall-backend", "fixed-cidr", "fixed-cidr-v6",
+            "graph", "group", "host-gateway-ip", "http-proxy", "https-proxy", "init-path", "ip", "log-driver",
+            "log-format", "log-level", "metrics-addr", "min-api-version", "no-proxy", "pidfile", "resolv-conf",
+            "seccomp-profile", "storage-driver", "swarm-default-advertise-addr", "tlscacert", "tlscert", "tlskey",
+            "userland-proxy-path", "userns-remap",
+        ),
+        "string",
+    ),
+    **dict.fromkeys(("log-opts", "cluster-store-opts"), "object of strings"),
+    "features": "object of booleans",
+    **dict.fromkeys(
+        (
+            "builder", "default-address-pools", "default-network-opts", "default-ulimits", "deprecated-key-path",
+            "nri-opts", "proxies", "runtimes",
+        ),
+        "any",
+    ),
+}  # fmt: skip
+
+
+def _type_problem(key: str, value: Any) -> str | None:
+    kind = KEY_TYPES.get(key, "any")
+    found = "a number" if isinstance(value, JsonNumber) else f"{value!r} ({type(value).__name__})"
+    ok = {
+        "bool": lambda v: isinstance(v, bool),
+        "int": lambda v: (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, JsonNumber) and v.is_integer()),
+        "string": lambda v: isinstance(v, str),
+        "list of strings": lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
+        "object of strings": lambda v: isinstance(v, dict) and all(isinstance(i, str) for i in v.values()),
+        "object of booleans": lambda v: isinstance(v, dict) and all(isinstance(i, bool) for i in v.values()),
+    }.get(kind, lambda v: True)
+    if ok(value):
+        return None
+    hint = ' (quote numbers: "max-file": "3")' if kind == "object of strings" else ""
+    return f"{key}: found {found}, expected a {kind}{hint} (dockerd cannot read it into its configuration)"
+
+
+def suggest_key(key: str) -> str | None:
+    """For a key dockerd does not know that looks like a mistake: the key meant, or None."""
+    if key in KEY_TYPES:
+        return None
+    if "." in key:
+        first = key.split(".", 1)[0]
+        return first if first in KEY_TYPES else (difflib.get_close_matches(first, KEY_TYPES, 1, 0.8) or [""])[0]
+    bare = key.lstrip("-")
+    candidates = [FLAG_TO_KEY.get(bare), bare.lower().replace("_", "-")]
+    for candidate in candidates:
+        if candidate and candidate in KEY_TYPES and candidate != key:
+            return candidate
+    close = difflib.get_close_matches(bare.lower(), KEY_TYPES, 1, 0.85)
+    return close[0] if close else None
+
+
+def check_keys(settings: dict) -> tuple[list[str], list[str]]:
+    """(problems, warnings) about the top-level keys given to set.
+
+    A key that is a dockerd flag name (registry-mirror), a dotted path (log-opts.max-size)
+    or a near miss of a known key is a mistake: dockerd ignores a flag name in the file and
+    refuses other unknown keys at start-up ("the following directives don't match any
+    configuration option", moby daemon/config/config.go findConfigurationConflicts), and
+    Debian's dockerd 20.10 cannot --validate. Any other unknown key may come from a newer
+    Docker: a warning.
+    """
+    problems, warnings = [], []
+    for key in settings:
+        if key in KEY_TYPES:
+            continue
+        meant = suggest_key(key)
+        if "." in key:
+            first, rest = key.split(".", 1)
+            shown = meant or first
+            problems.append(
+                f"settings key {key!r}: daemon.json nests objects instead of dotted keys; set "
+                f"{{{shown!r}: {{{rest!r}: ...}}}} (dockerd refuses {key!r} at start-up)"
+            )
+        elif meant:
+            problems.append(f"settings key {key!r} is not a daemon.json key; did you mean {meant!r}?")
+        else:
+            warnings.append(
+                f"settings key {key!r} is not a daemon.json key of Docker 20.10 to 29.7; dockerd refuses keys it "
+                "does not know at start-up"
+            )
+    return problems, warnings
+
+
+def check_runtime(name: str, spec: Any) -> list[str]:  # noqa: PLR0911 - one return per dockerd rule
+    """A runtimes entry as dockerd reads it (moby docker-v29.7.2 daemon/runtime_unix.go setupRuntimes)."""
+    if name == "runc":
+        return ["runtimes.runc: the name 'runc' is reserved by dockerd; choose another name"]
+    if not isinstance(spec, dict):
+        return [f"runtimes.{name}: found {type(spec).__name__}, expected an object such as {{\"path\": \"...\"}}"]
+    path, kind = spec.get("path"), spec.get("runtimeType")
+    problems = [
+        f"runtimes.{name}.{field}: found {type(spec[field]).__name__}, expected a string"
+        for field in ("path", "runtimeType")
+        if field in spec and not isinstance(spec[field], str)
+    ]
+    if problems:
+        return problems
+    if not path and not kind:
+        example = '{"path": "nvidia-container-runtime"}'
+        return [f"runtimes.{name} needs a non-empty 'path' or 'runtimeType' (e.g. {example})"]
+    if path and kind:
+        return [f"runtimes.{name}: 'path' and 'runtimeType' exclude each other; keep one"]
+    if path and spec.get("options"):
+        return [f"runtimes.{name}: 'options' go with a 'runtimeType', not with a 'path'"]
+    if kind and spec.get("runtimeArgs"):
+        return [f"runtimes.{name}: 'runtimeArgs' go with a 'path', not with a 'runtimeType'"]
+    args = spec.get("runtimeArgs", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return [f"runtimes.{name}.runtimeArgs: expected a list of strings, found {args!r}"]
+    if "options" in spec and not isinstance(spec["options"], dict):
+        return [f"runtimes.{name}.options: expected an object, found {type(spec['options']).__name__}"]
+    return []
+
+
+def check_values(config: dict, keys: Iterable[str], before: dict | None = None) -> list[str]:
     """Problems with the values of the given keys that this module knows the shape of.
 
-    Only keys being changed are checked: what dockerd already runs with is its business.
+    Only keys being changed are checked, and of runtimes only the entries that change:
+    what dockerd already runs with is its business.
     """
     keys = set(keys)
-    problems = []
-    if "registry-mirrors" in keys and "registry-mirrors" in config:
+    before = before or {}
+    problems = [why for key in sorted(keys) if key in config for why in [_type_problem(key, config[key])] if why]
+    if "registry-mirrors" in keys and isinstance(config.get("registry-mirrors"), list):
         mirrors = config["registry-mirrors"]
-        if not isinstance(mirrors, list):
-            problems.append(f"registry-mirrors must be a list of URLs, found {type(mirrors).__name__}")
-        else:
-            problems.extend(f"registry-mirrors: {why}" for why in map(validate_registry_mirror, mirrors) if why)
+        problems.extend(f"registry-mirrors: {why}" for why in map(validate_registry_mirror, mirrors) if why)
     runtimes = config.get("runtimes", {})
     if "runtimes" in keys and "runtimes" in config:
         if not isinstance(runtimes, dict):
             problems.append(f"runtimes must be an object of runtime names, found {type(runtimes).__name__}")
         else:
+            old = before.get("runtimes") if isinstance(before.get("runtimes"), dict) else {}
             for name, spec in runtimes.items():
-                if not isinstance(spec, dict) or not isinstance(spec.get("path"), str) or not spec["path"]:
-                    example = '{"path": "nvidia-container-runtime"}'
-                    problems.append(f"runtimes.{name} needs a non-empty 'path' (e.g. {example})")
+                if name not in old or old[name] != spec:
+                    problems += check_runtime(name, spec)
     default = config.get("default-runtime")
     known = BUILTIN_RUNTIMES | (set(runtimes) if isinstance(runtimes, dict) else set())
-    if "default-runtime" in keys and default is not None and default not in known:
+    if "default-runtime" in keys and isinstance(default, str) and default not in known:
         problems.append(f"default-runtime {default!r} is not one of the runtimes in daemon.json")
     return problems
 
 
 # --- dockerd flags given in the systemd unit --------------------------------------
+
+
+def _words(text: str) -> list[str]:
+    """shlex words; a line with an unbalanced quote (systemd would log and skip it) splits on blanks."""
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
 
 
 def _unit_lines(text: str) -> list[str]:
@@ -275,7 +578,7 @@ def effective_service(files: list[tuple[str, str]]) -> tuple[list[str], dict[str
             if key == "ExecStart":
                 exec_start = [value] if value else []
             elif key == "Environment":
-                for item in shlex.split(value):
+                for item in _words(value):
                     name, val = item.split("=", 1) if "=" in item else (item, "")
                     environment[name] = val
             elif key == "EnvironmentFile":
@@ -289,7 +592,7 @@ def parse_env_file(text: str) -> dict[str, str]:
     for line in _unit_lines(text):
         name, sep, value = line.partition("=")
         if sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name.strip()):
-            parts = shlex.split(value) if value.strip() else []
+            parts = _words(value) if value.strip() else []
             env[name.strip()] = " ".join(parts)
     return env
 
@@ -299,7 +602,7 @@ def expand(command: str, env: dict[str, str]) -> list[str]:
     words, ${VAR} to one word; unknown variables expand to nothing."""
     command = command.lstrip("-@+!:")
     words: list[str] = []
-    for word in shlex.split(command):
+    for word in _words(command):
         whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
         if whole:
             words.extend(env.get(whole.group(1), "").split())

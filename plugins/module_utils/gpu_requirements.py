@@ -104,7 +104,11 @@ def check_gpus(facts: dict, names: list[str], caps: list[str], min_count: int) -
             problem("GPU count", str(len(gpus)), f">= {min_count}", "check `nvidia-smi -L`; every GPU must be visible")
         )
     if names:
-        wrong = [g["name"] for g in gpus if not any(n.lower() in (g.get("name") or "").lower() for n in names)]
+        wrong = [
+            g.get("name") or "(no name)"
+            for g in gpus
+            if not any(n.lower() in (g.get("name") or "").lower() for n in names)
+        ]
         if wrong:
             problems.append(
                 problem(
@@ -173,7 +177,8 @@ def check_requirements(facts: dict, requirements: dict) -> dict:
             facts,
             list(requirements.get("expected_gpu_names") or []),
             [str(c) for c in requirements.get("expected_compute_capabilities") or []],
-            int(requirements.get("min_gpu_count") or 1),
+            # An explicit 0 is "any number of GPUs", not the default of 1.
+            1 if requirements.get("min_gpu_count") is None else int(requirements["min_gpu_count"]),
         )
     arch_problems, arch_warnings = check_architecture(
         facts,

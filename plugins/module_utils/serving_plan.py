@@ -89,6 +89,14 @@ DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
 # vLLM's max_num_batched_tokens when not set, as its own assertion reports it: "In Mamba
 # cache align mode, block_size (2096) must be <= max_num_batched_tokens (2048)".
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+# max_model_len -1 (or "auto"): vLLM 0.19 derives the length from the model and fits it to the KV cache.
+AUTO_MAX_MODEL_LEN = -1
+# vLLM's --gpu-memory-utilization when not given (CacheConfig, vllm/config/cache.py).
+DEFAULT_UTILIZATION = 0.9
+# Choices of --dtype and --kv-cache-dtype in vLLM 0.19.1 (ModelDType in vllm/config/model.py,
+# CacheDType in vllm/config/cache.py); vLLM refuses any other value.
+VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+VLLM_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 # vLLM rounds the attention block size of hybrid models up to a multiple of this.
 BLOCK_ALIGNMENT = 16
 
@@ -415,8 +423,9 @@ def rule_mamba_align_block_size(settings: dict, facts: dict, plan: dict) -> list
         return []
     kv = plan["kv_cache_dtype"]
     block = aligned_block_size(plan["config"], kv)
-    batched = settings.get("max_num_batched_tokens") or DEFAULT_MAX_NUM_BATCHED_TOKENS
-    shown = settings.get("max_num_batched_tokens") or f"{DEFAULT_MAX_NUM_BATCHED_TOKENS} (vLLM default)"
+    given = settings.get("max_num_batched_tokens")
+    batched = DEFAULT_MAX_NUM_BATCHED_TOKENS if given is None else given
+    shown = f"{DEFAULT_MAX_NUM_BATCHED_TOKENS} (vLLM default)" if given is None else given
     fp8 = kv.startswith("fp8")
     if block is None:
         if not fp8:
@@ -537,6 +546,26 @@ def rule_context(settings: dict, facts: dict, plan: dict) -> list[dict]:
     max_pos = plan["config"].get("max_position_embeddings")
     wanted = settings.get("max_model_len")
     findings = []
+    if wanted is not None and wanted < AUTO_MAX_MODEL_LEN:
+        return [
+            finding(
+                "error",
+                "max_model_len_invalid",
+                f"max_model_len {wanted}: vLLM refuses values below -1 (ModelConfig.max_model_len, ge=-1); give a "
+                "number of tokens such as 16384, or -1 / auto to fit the context to the KV cache",
+            )
+        ]
+    if wanted == 0:
+        return [
+            finding(
+                "error",
+                "max_model_len_zero",
+                "max_model_len 0 leaves no room for a single token: every request would be refused; give a number "
+                "of tokens such as 16384, or -1 / auto to fit the context to the KV cache",
+            )
+        ]
+    if wanted == AUTO_MAX_MODEL_LEN:
+        return rule_auto_context(cap.get("tokens"), max_pos)
     if wanted is None:
         wanted = max_pos
         if wanted:
@@ -573,6 +602,83 @@ def rule_context(settings: dict, facts: dict, plan: dict) -> list[dict]:
     return findings
 
 
+def rule_auto_context(tokens: int | None, max_pos: int | None) -> list[dict]:
+    """max_model_len -1 / auto: vLLM 0.19 fits the context to the KV cache (vllm/v1/core/kv_cache_utils.py)."""
+    if tokens is not None and tokens < 1:
+        return [
+            finding(
+                "error",
+                "max_model_len_auto_no_memory",
+                "max_model_len auto (-1): the KV cache has room for no token at this gpu_memory_utilization; vLLM "
+                'stops with "Cannot auto-fit max_model_len". Raise gpu_memory_utilization or use a smaller checkpoint.',
+            )
+        ]
+    if tokens is not None and max_pos and tokens < max_pos:
+        return [
+            finding(
+                "warning",
+                "max_model_len_auto_reduced",
+                f"max_model_len auto (-1): vLLM shortens the context from the model's {max_pos} tokens to what the "
+                f"KV cache holds (~{tokens} tokens); set max_model_len explicitly to know what clients get",
+            )
+        ]
+    return []
+
+
+def rule_memory_unknown(settings: dict, facts: dict, plan: dict) -> list[dict]:
+    """On unified memory the fit check needs the memory size: say so when it was skipped."""
+    if not facts.get("unified_memory") or facts.get("mem_total_bytes") or plan["weights_bytes"] is None:
+        return []
+    precision = plan["precision"]
+    risk = (
+        f" {precision.upper()} weights are the case that ran out of memory on a 128 GB Spark."
+        if precision in {"bf16", "fp16", "fp32"}
+        else ""
+    )
+    return [
+        finding(
+            "warning",
+            "memory_size_unknown",
+            f"unified memory of unknown size: whether {gib(plan['weights_bytes'])} of weights leave enough memory was "
+            f"not checked.{risk} Give mem_total_bytes or gpu_facts (or a readable meminfo_path).",
+        )
+    ]
+
+
+def rule_vllm_limits(settings: dict, facts: dict, plan: dict) -> list[dict]:
+    """Values vLLM 0.19.1 refuses at start-up (pydantic bounds and choices of its config classes)."""
+    findings = []
+    for key, source in (
+        ("max_num_seqs", "SchedulerConfig.max_num_seqs, ge=1"),
+        ("max_num_batched_tokens", "SchedulerConfig.max_num_batched_tokens, ge=1"),
+    ):
+        value = settings.get(key)
+        if value is not None and value < 1:
+            message = f"{key} {value}: vLLM refuses values below 1 ({source})"
+            findings.append(finding("error", f"{key}_invalid", message))
+    seqs, batched = settings.get("max_num_seqs"), settings.get("max_num_batched_tokens")
+    if seqs and batched and 1 <= batched < seqs:
+        findings.append(
+            finding(
+                "error",
+                "max_num_batched_tokens_below_max_num_seqs",
+                f"max_num_batched_tokens {batched} is below max_num_seqs {seqs}: vLLM stops with "
+                '"max_num_batched_tokens ... must be greater than or equal to max_num_seqs"',
+            )
+        )
+    for key, choices in (("dtype", VLLM_DTYPES), ("kv_cache_dtype", VLLM_KV_CACHE_DTYPES)):
+        value = settings.get(key)
+        if value not in (None, "") and str(value).lower() not in choices:
+            findings.append(
+                finding(
+                    "error",
+                    f"{key}_invalid",
+                    f"{key} {value!r} is not one vLLM accepts; choose one of {', '.join(choices)}",
+                )
+            )
+    return findings
+
+
 def rule_served_model_name(settings: dict, facts: dict, plan: dict) -> list[dict]:
     if settings.get("served_model_name"):
         return []
@@ -595,6 +701,8 @@ RULES = (
     rule_utilization,
     rule_context,
     rule_served_model_name,
+    rule_memory_unknown,
+    rule_vllm_limits,
 )
 
 
@@ -619,6 +727,7 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
     config = {**builtin, **on_disk}
     sources = [name for name, present in (("config.json", on_disk), ("built-in", builtin)) if present]
     weights, weights_source = weights_size(settings, known)
+    utilization = settings.get("gpu_memory_utilization")
     plan = {
         "known": known,
         "config": config,
@@ -627,7 +736,8 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
         "hybrid": is_hybrid(config),
         "kv_cache_dtype": (settings.get("kv_cache_dtype") or "auto").lower(),
         "prefix_caching": tri_state(settings.get("enable_prefix_caching"), "enable_prefix_caching"),
-        "utilization": float(settings.get("gpu_memory_utilization") or 0.9),
+        # `or 0.9` would read an explicit 0 as vLLM's default; only an unset value is the default.
+        "utilization": float(DEFAULT_UTILIZATION if utilization is None else utilization),
         "weights_bytes": weights,
         "thresholds": {**DEFAULT_THRESHOLDS, **(thresholds or {})},
     }

@@ -10,7 +10,10 @@ stable (a changed order would recreate the container) and testable without Docke
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
+
+from ansible.module_utils.parsing.convert_bool import boolean
 
 # (setting, flag) for settings whose value follows the flag; omitted when None or "".
 _VALUED = (
@@ -79,6 +82,7 @@ def build_serve_args(settings: dict[str, Any]) -> list[str]:
     reasoning_parser, tool_call_parser, enable_auto_tool_choice, text_only, extra_args.
     kv_cache_dtype 'auto' is left out (vLLM's default), so is an empty quantization.
     """
+    settings = checked_settings(settings)
     if not settings.get("model_path"):
         raise ValueError("model_path is required: the path of the weights inside the container, e.g. /model")
     args = [str(settings["model_path"])]
@@ -99,5 +103,65 @@ def build_serve_args(settings: dict[str, Any]) -> list[str]:
     if settings.get("text_only"):
         args += ["--limit-mm-per-prompt", json.dumps(TEXT_ONLY_LIMITS, separators=(",", ":"))]
     for extra in settings.get("extra_args") or []:
-        args.append(str(extra))
+        args.append(_number(extra))
     return args
+
+
+# Settings that are on/off; "false" as a string must mean off, not a non-empty (true) string.
+_BOOLEAN_KEYS = (*(key for key, _flag in _SWITCHES), "enable_auto_tool_choice", "text_only")
+_TEXT_KEYS = ("model_path", "reasoning_parser", "tool_call_parser")
+# Tri-state keys (true, false or unset) are checked by tri_state().
+KNOWN_KEYS = frozenset(
+    (*(key for key, _flag in _VALUED), *_BOOLEAN_KEYS, *(key for key, _flag in _TRI_STATE), *_TEXT_KEYS, "extra_args")
+)
+
+
+def _found(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def checked_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """settings with on/off values made booleans; ValueError naming the key for anything vLLM cannot be given.
+
+    A value is given to vLLM as a word of its command line, so only text and finite numbers
+    are values; a boolean, a list or NaN in a valued key is a mistake, as is a string for
+    extra_args (it would be split into characters) or an unknown key (a typo is silently
+    ignored otherwise).
+    """
+    unknown = sorted(str(key) for key in settings if key not in KNOWN_KEYS)
+    if unknown:
+        known = ", ".join(sorted(KNOWN_KEYS))
+        raise ValueError(f"unknown setting(s) {', '.join(unknown)}; expected keys among {known}")
+    result = dict(settings)
+    for key in _BOOLEAN_KEYS:
+        value = settings.get(key)
+        if value is None or isinstance(value, bool):
+            continue
+        try:
+            result[key] = boolean(value, strict=True)
+        except TypeError:
+            raise ValueError(f"{key}: found {_found(value)}, expected true or false") from None
+    for key, _flag in _VALUED:
+        value = settings.get(key)
+        if value is not None and not isinstance(value, str) and not _is_number(value):
+            raise ValueError(f"{key}: found {_found(value)}, expected a string or a finite number")
+    for key in _TEXT_KEYS:
+        value = settings.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{key}: found {_found(value)}, expected a string")
+    extra = settings.get("extra_args")
+    if extra is not None:
+        if not isinstance(extra, (list, tuple)):
+            raise ValueError(
+                f"extra_args: found {_found(extra)}, expected a list of arguments such as "
+                "['--trust-remote-code'] (a string would be split into characters)"
+            )
+        for index, item in enumerate(extra):
+            if not isinstance(item, str) and not _is_number(item):
+                raise ValueError(f"extra_args[{index}]: found {_found(item)}, expected a string (or a number)")
+    return result

@@ -25,6 +25,14 @@ description:
     knows, and the result says that C(dockerd) could not validate.
   - Fails when a key of the result is also given as a C(dockerd) flag in the service's
     systemd unit or drop-ins (C(dockerd) refuses to start with an option set in both places).
+  - Refuses keys of O(settings) that look like mistakes, naming the key meant - a dockerd flag
+    name such as C(registry-mirror) (dockerd ignores it in the file), a dotted key such as
+    C(log-opts.max-size) (daemon.json nests objects), a near miss of a known key - and values of
+    known keys of the wrong type (a number in C(log-opts), a string for C(live-restore)). The known
+    keys are those of moby v20.10.24 and docker-v29.7.2; another unknown key is a warning.
+  - Writes strict JSON only (no NaN or Infinity; the module refuses such a value). Keys it does
+    not change are written back exactly as they were, numbers too large for a float and
+    non-ASCII text included. A file that is not UTF-8 or not JSON is refused and left as it is.
   - Writes atomically (temporary file and rename) with an optional backup of the previous file.
   - Reports whether Docker must be restarted for the change or whether a reload
     (SIGHUP, C(systemctl reload docker)) applies it without touching running containers.
@@ -38,7 +46,10 @@ attributes:
     description: Shows the file before and after as indented JSON.
 options:
   path:
-    description: The daemon configuration file.
+    description:
+      - The daemon configuration file.
+      - When it is a symbolic link, the link is followed and its target is read and
+        written (as editors do); the link itself stays in place.
     type: path
     default: /etc/docker/daemon.json
   settings:
@@ -68,7 +79,9 @@ options:
     description: The dockerd binary used for validation; looked up in C(PATH) and C(/usr/sbin) when not given.
     type: path
   service:
-    description: The systemd service whose unit and drop-ins are read for dockerd flags.
+    description:
+      - The systemd service whose unit and drop-ins are read for dockerd flags.
+      - A unit name ending in C(.service) (letters, digits and C(:-_.\\@)); anything else is refused.
     type: str
     default: docker.service
   check_flag_conflicts:
@@ -117,8 +130,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+path:
+  description: The file read and written (the target, when O(path) is a symbolic link).
+  returned: always
+  type: str
+  sample: /etc/docker/daemon.json
 config:
-  description: The configuration after the change (or as it is, when nothing changes).
+  description:
+    - The configuration after the change (or as it is, when nothing changes).
+    - A number no float can hold (for example C(1e400)) is returned as its text; the file keeps it as written.
   returned: always
   type: dict
   sample: {"live-restore": true, "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}
@@ -163,24 +183,67 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.docker_daemon_c
     DaemonJsonError,
     apply_changes,
     changed_keys,
+    check_keys,
     check_values,
     effective_service,
     expand,
     find_flag_conflicts,
+    json_problems,
     parse_daemon_json,
     parse_env_file,
+    plain,
     reload_sufficient,
     render,
     unit_file_order,
 )
+from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, read_text_file
+
+# systemd unit names: letters, digits and ":-_.\\@", at most 255 characters (systemd.unit(5)).
+_UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,247}\.service")
 
 
 def read_text(path: str) -> str | None:
+    """A unit or environment file's text (None when unreadable: systemd would skip it too)."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
-    except FileNotFoundError:
+    except OSError:
         return None
+
+
+def read_daemon_json(path: str) -> str | None:
+    """daemon.json's text, None when it does not exist; InputError for anything unusable."""
+    return read_text_file(path, "path", "the daemon.json file, UTF-8 JSON as dockerd reads it (left as it is)")
+
+
+def target_path(path: str) -> str:
+    """The file to read and write: a symlinked daemon.json is followed to its target, as editors do,
+    so the link stays a link (replacing it by a file would cut off whatever manages the target)."""
+    return os.path.realpath(path) if os.path.islink(path) else path
+
+
+def check_writable_location(path: str) -> None:
+    """The nearest existing ancestor of path must be a directory (not a file)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(directory):
+        directory = os.path.dirname(directory)
+    if not os.path.isdir(directory):
+        raise InputError(f"path {path}: {directory} is a file, not a directory; expected a file path")
+
+
+def check_options(module: AnsibleModule) -> None:
+    service = module.params["service"]
+    if not _UNIT_NAME.fullmatch(service):
+        raise InputError(
+            f"service {service!r} is not a systemd service name; expected a unit name such as docker.service "
+            "(letters, digits and :-_.\\@, ending in .service)"
+        )
+    dockerd = module.params["dockerd_path"]
+    if dockerd and not (os.path.isfile(dockerd) and os.access(dockerd, os.X_OK)):
+        raise InputError(f"dockerd_path {dockerd} is not an executable file; expected the dockerd binary")
+    problems = json_problems(module.params["settings"], "settings")
+    if problems:
+        raise InputError("settings cannot be written as JSON: " + "; ".join(problems))
 
 
 def unit_files(service: str) -> list[tuple[str, str]]:
@@ -189,7 +252,10 @@ def unit_files(service: str) -> list[tuple[str, str]]:
         existing.append(os.path.join(directory, service))
         dropin_dir = os.path.join(directory, f"{service}.d")
         if os.path.isdir(dropin_dir):
-            existing.extend(os.path.join(dropin_dir, name) for name in os.listdir(dropin_dir))
+            try:
+                existing.extend(os.path.join(dropin_dir, name) for name in os.listdir(dropin_dir))
+            except OSError:
+                continue
     found = [path for path in existing if os.path.isfile(path)]
     return [(path, read_text(path) or "") for path in unit_file_order(service, found, UNIT_DIRS)]
 
@@ -254,26 +320,34 @@ def write_atomically(module: AnsibleModule, path: str, text: str, existed: bool)
     return backup
 
 
-def run(module: AnsibleModule) -> dict:
-    path = module.params["path"]
-    original = read_text(path)
+def run(module: AnsibleModule) -> dict:  # noqa: PLR0912 - the steps read in order
+    given = module.params["path"]
+    path = target_path(given)
+    check_options(module)
+    check_writable_location(path)
+    original = read_daemon_json(path)
     try:
         before = parse_daemon_json(original or "", path)
         after = apply_changes(before, module.params["settings"], module.params["remove"])
     except DaemonJsonError as err:
-        module.fail_json(msg=str(err), path=path)
+        raise InputError(str(err)) from err
+    key_problems, key_warnings = check_keys(module.params["settings"])
+    if key_problems:
+        raise InputError(f"refusing to write {path}: " + "; ".join(key_problems))
+    for warning in key_warnings:
+        module.warn(warning)
     keys = changed_keys(before, after)
     result: dict = {
         "changed": bool(keys),
         "path": path,
-        "config": after,
+        "config": plain(after),
         "changed_keys": keys,
         "restart_needed": bool(keys) and not reload_sufficient(before, after),
         "reload_sufficient": bool(keys) and reload_sufficient(before, after),
         "validated": False,
         "validation": "nothing to validate: no change",
     }
-    problems = check_values(after, keys)
+    problems = check_values(after, keys, before)
     if problems:
         module.fail_json(msg=f"refusing to write {path}: " + "; ".join(problems), path=path, problems=problems)
     if module.params["check_flag_conflicts"]:
@@ -300,7 +374,10 @@ def run(module: AnsibleModule) -> dict:
     else:
         result["validation"] = "skipped: validate=false"
     if not module.check_mode:
-        backup = write_atomically(module, path, text, existed=original is not None)
+        try:
+            backup = write_atomically(module, path, text, existed=original is not None)
+        except OSError as err:
+            raise InputError(f"could not write {path}: {err.strerror or err}; the file was left as it was") from err
         if backup:
             result["backup_file"] = backup
     return result
@@ -320,7 +397,11 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    module.exit_json(**run(module))
+    try:
+        result = run(module)
+    except InputError as err:
+        module.fail_json(msg=str(err), path=module.params["path"])
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

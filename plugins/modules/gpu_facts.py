@@ -177,9 +177,11 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts impor
     build_facts,
     choose_toolkit,
     cuda_dir_version,
+    parse_meminfo,
     parse_nvcc_version,
     summarize_container_toolkit,
 )
+from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_range, read_text_file
 
 CONTAINER_TOOLKIT_TOOLS = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-container-cli")
 
@@ -194,7 +196,7 @@ def read_text(path: str) -> str | None:
 
 def run(module: AnsibleModule, argv: list[str]) -> tuple[int | None, str, str]:
     """Run a tool with a time limit; rc None when it cannot be started at all."""
-    if not os.access(argv[0], os.X_OK):
+    if not (os.path.isfile(argv[0]) and os.access(argv[0], os.X_OK)):
         return None, "", f"{argv[0]}: not an executable file"
     # A hung driver must not hang the play; without coreutils' timeout, run it plainly.
     limit = module.get_bin_path("timeout")
@@ -237,6 +239,25 @@ def container_toolkit(module: AnsibleModule) -> dict:
     return summarize_container_toolkit(binaries, dpkg_status)
 
 
+def read_meminfo(path: str) -> str | None:
+    """meminfo text; None when absent; InputError when it is not a meminfo file."""
+    expected = "a /proc/meminfo file with a 'MemTotal: <n> kB' line"
+    text = read_text_file(path, "meminfo_path", expected)
+    if text is not None and parse_meminfo(text)["total_bytes"] is None:
+        raise InputError(f"meminfo_path {path} has no usable MemTotal line; expected {expected}")
+    return text
+
+
+def check_options(params: dict) -> str | None:
+    """The meminfo text, after checking the options AnsibleModule cannot."""
+    check_range(params["command_timeout"], "command_timeout", low=1)
+    smi = params["nvidia_smi"]
+    # A path that does not exist is a fact (nvidia-smi not installed); one that exists and cannot run is a mistake.
+    if smi and os.path.exists(smi) and not (os.path.isfile(smi) and os.access(smi, os.X_OK)):
+        raise InputError(f"nvidia_smi {smi} exists but is not an executable file; expected the nvidia-smi binary")
+    return read_meminfo(params["meminfo_path"])
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -248,6 +269,10 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    try:
+        meminfo_text = check_options(module.params)
+    except InputError as exc:
+        module.fail_json(msg=str(exc), changed=False)
     smi = module.params["nvidia_smi"] or module.get_bin_path("nvidia-smi")
     smi_rc, smi_query, smi_table, smi_err = None, "", "", ""
     if smi:
@@ -266,7 +291,7 @@ def main() -> None:
         toolkit_candidates=candidates,
         driver_version_text=read_text(module.params["driver_version_file"]),
         driver_version_path=module.params["driver_version_file"],
-        meminfo_text=read_text(module.params["meminfo_path"]),
+        meminfo_text=meminfo_text,
         meminfo_path=module.params["meminfo_path"],
         architecture=platform.machine(),
         container_toolkit=container_toolkit(module),

@@ -140,6 +140,12 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_requirement
     check_requirements,
     failure_message,
 )
+from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import (
+    InputError,
+    check_gpu_facts,
+    check_range,
+    check_version_option,
+)
 
 REQUIREMENT_OPTIONS = (
     "min_driver_version",
@@ -173,6 +179,13 @@ def main() -> None:
         supports_check_mode=True,
     )
     requirements = {name: module.params[name] for name in REQUIREMENT_OPTIONS}
+    try:
+        check_gpu_facts(module.params["facts"], "facts")
+        for option in ("min_driver_version", "min_cuda_version", "min_toolkit_version"):
+            check_version_option(requirements[option], option)
+        check_range(requirements["min_gpu_count"], "min_gpu_count", low=0)
+    except InputError as exc:
+        module.fail_json(msg=str(exc), changed=False)
     result = check_requirements(module.params["facts"], requirements)
     for warning in result["warnings"] if module.params["report_warnings"] else []:
         module.warn(warning)

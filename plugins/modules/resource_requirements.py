@@ -96,7 +96,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts import parse_meminfo
+from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_range, meminfo_total
 from ansible_collections.sparkfleet.serving.plugins.module_utils.resources import (
     MIN_FREE_AFTER_WEIGHTS_BYTES,
     check_disk,
@@ -106,9 +106,16 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.resources impor
 
 
 def existing_parent(path: str) -> str:
+    """The nearest existing directory at or above path; InputError when path is or lies under a file."""
+    given = path
     path = os.path.abspath(path)
     while not os.path.exists(path):
         path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise InputError(
+            f"weights_dir {given}: {path} is a file, not a directory; expected the directory the weights are "
+            "(or will be) in"
+        )
     return path
 
 
@@ -130,13 +137,16 @@ def present_bytes(path: str) -> int:
 
 
 def mem_total(module: AnsibleModule) -> int | None:
-    if module.params["mem_total_bytes"]:
+    if module.params["mem_total_bytes"] is not None:
         return module.params["mem_total_bytes"]
-    try:
-        with open(module.params["meminfo_path"], encoding="utf-8") as handle:
-            return parse_meminfo(handle.read())["total_bytes"]
-    except OSError:
-        return None
+    return meminfo_total(module.params["meminfo_path"])
+
+
+def check_options(params: dict) -> None:
+    check_range(params["weights_bytes"], "weights_bytes", low=1)
+    check_range(params["mem_total_bytes"], "mem_total_bytes", low=1)
+    check_range(params["disk_margin_bytes"], "disk_margin_bytes", low=0)
+    check_range(params["memory_headroom_bytes"], "memory_headroom_bytes", low=0)
 
 
 def main() -> None:
@@ -153,7 +163,12 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    checked = existing_parent(params["weights_dir"])
+    try:
+        check_options(params)
+        checked = existing_parent(params["weights_dir"])
+        total = mem_total(module)
+    except InputError as exc:
+        module.fail_json(msg=str(exc), changed=False)
     stat = os.statvfs(checked)
     disk = check_disk(
         weights_dir=params["weights_dir"],
@@ -164,7 +179,7 @@ def main() -> None:
         margin_bytes=params["disk_margin_bytes"],
     )
     memory = check_memory(
-        mem_total_bytes=mem_total(module),
+        mem_total_bytes=total,
         weights_bytes=params["weights_bytes"],
         headroom_bytes=params["memory_headroom_bytes"],
     )

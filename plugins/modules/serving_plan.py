@@ -37,6 +37,8 @@ options:
     description:
       - Directory of the weights on the box. When it holds C(config.json) the architecture
         numbers come from there, and the C(*.safetensors) sizes give the weights size.
+      - A directory that does not exist yet is fine; a file, or a C(config.json) that is not
+        a JSON object with numbers where Hugging Face writes numbers, is an error naming the file.
     type: path
   quantization:
     description:
@@ -55,8 +57,10 @@ options:
     default: 0.9
   max_model_len:
     description:
-      - vLLM C(--max-model-len). Unset means the model's maximum.
-    type: int
+      - vLLM C(--max-model-len) in a form vLLM reads - a number of tokens, V(16k) (16000),
+        V(16K) (16384) - or V(-1) / V(auto), with which vLLM fits the context to the KV cache.
+        Unset means the model's maximum. V(0) and values below V(-1) are errors.
+    type: raw
   max_num_seqs:
     description:
       - vLLM C(--max-num-seqs) (reported, not checked).
@@ -257,12 +261,18 @@ config_source:
   sample: built-in
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts import parse_meminfo
+from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import (
+    InputError,
+    check_gpu_facts,
+    check_range,
+    load_config_json,
+    meminfo_total,
+    vllm_length,
+)
 from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import check_plan, parse_size
 
 SETTINGS = (
@@ -284,33 +294,34 @@ SETTINGS = (
 
 
 def read_model_dir(path: str | None) -> tuple[dict | None, int | None]:
-    """config.json as a dict and the bytes of the safetensors files, when they are there."""
-    if not path or not os.path.isdir(path):
+    """config.json as a dict and the bytes of the safetensors files, when they are there.
+
+    A model_path that does not exist yet is fine (the weights may come later); one that is
+    a file, or a config.json that is not a model configuration, is an InputError.
+    """
+    if not path or not os.path.lexists(path):
         return None, None
-    config = None
-    try:
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
-            config = json.load(handle)
-    except (OSError, ValueError):
-        config = None
+    if not os.path.isdir(path):
+        raise InputError(f"model_path {path} is not a directory; expected the directory of the weights (config.json)")
+    config = load_config_json(os.path.join(path, "config.json"))
     total = 0
-    for entry in os.scandir(path):
-        if entry.name.endswith(".safetensors") and entry.is_file():
-            total += entry.stat().st_size
+    try:
+        for entry in os.scandir(path):
+            if entry.name.endswith(".safetensors") and entry.is_file():
+                total += entry.stat().st_size
+    except OSError as err:
+        raise InputError(f"model_path {path} cannot be listed ({err.strerror})") from None
     return config, total or None
 
 
 def box_facts(module: AnsibleModule) -> dict:
     params = module.params
     gpu = params["gpu_facts"] or {}
+    check_gpu_facts(gpu, "gpu_facts")
     memory = gpu.get("memory") or {}
     mem_total = params["mem_total_bytes"] or memory.get("total_bytes")
     if not mem_total:
-        try:
-            with open(params["meminfo_path"], encoding="utf-8") as handle:
-                mem_total = parse_meminfo(handle.read())["total_bytes"]
-        except OSError:
-            mem_total = None
+        mem_total = meminfo_total(params["meminfo_path"])
     unified = params["unified_memory"] if params["unified_memory"] is not None else gpu.get("unified_memory")
     gpu_mib = [g.get("memory_total_mib") for g in gpu.get("gpus") or [] if g.get("memory_total_mib")]
     return {
@@ -322,6 +333,42 @@ def box_facts(module: AnsibleModule) -> dict:
     }
 
 
+def check_options(params: dict) -> dict:
+    """Options AnsibleModule cannot range-check; returns the thresholds for check_plan."""
+    for option in ("mem_total_bytes", "weights_bytes"):
+        check_range(params[option], option, low=1)
+    check_range(params["min_free_after_weights_bytes"], "min_free_after_weights_bytes", low=0)
+    check_range(params["gpu_memory_utilization"], "gpu_memory_utilization")
+    for option in ("warn_utilization", "max_utilization"):
+        check_range(params[option], option, low=0, high=1)
+    if params["warn_utilization"] > params["max_utilization"]:
+        raise InputError(
+            f"warn_utilization {params['warn_utilization']} is above max_utilization {params['max_utilization']}; "
+            "expected the warning threshold at or below the error threshold"
+        )
+    thresholds = {
+        "min_free_after_weights_bytes": params["min_free_after_weights_bytes"],
+        "warn_utilization": params["warn_utilization"],
+        "max_utilization": params["max_utilization"],
+    }
+    for option, key in (("min_shm_size", "min_shm_bytes"), ("recommended_shm_size", "recommended_shm_bytes")):
+        try:
+            thresholds[key] = parse_size(params[option])
+        except ValueError as exc:
+            raise InputError(f"{option}: {exc}") from None
+    return thresholds
+
+
+def plan(module: AnsibleModule) -> tuple[dict, dict]:
+    params = module.params
+    thresholds = check_options(params)
+    settings = {name: params[name] for name in SETTINGS}
+    settings["max_model_len"] = vllm_length(params["max_model_len"], "max_model_len")
+    settings["model_config"], settings["weights_on_disk_bytes"] = read_model_dir(params["model_path"])
+    facts = box_facts(module)
+    return check_plan(settings, facts, thresholds), facts
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -330,7 +377,7 @@ def main() -> None:
             "quantization": {"type": "str"},
             "dtype": {"type": "str", "default": "auto"},
             "gpu_memory_utilization": {"type": "float", "default": 0.9},
-            "max_model_len": {"type": "int"},
+            "max_model_len": {"type": "raw"},
             "max_num_seqs": {"type": "int"},
             # a count of tokens, not a secret
             "max_num_batched_tokens": {"type": "int", "no_log": False},
@@ -355,20 +402,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    settings = {name: params[name] for name in SETTINGS}
-    settings["model_config"], settings["weights_on_disk_bytes"] = read_model_dir(params["model_path"])
     try:
-        thresholds = {
-            "min_free_after_weights_bytes": params["min_free_after_weights_bytes"],
-            "warn_utilization": params["warn_utilization"],
-            "max_utilization": params["max_utilization"],
-            "min_shm_bytes": parse_size(params["min_shm_size"]),
-            "recommended_shm_bytes": parse_size(params["recommended_shm_size"]),
-        }
-    except ValueError as exc:
-        module.fail_json(msg=f"threshold: {exc}")
-    facts = box_facts(module)
-    result = check_plan(settings, facts, thresholds)
+        result, facts = plan(module)
+    except InputError as exc:
+        module.fail_json(msg=str(exc), changed=False)
     if facts["unified_memory"] is None:
         result["warnings"].append(
             "unified memory unknown (give unified_memory or gpu_facts): memory checks assume a discrete GPU"

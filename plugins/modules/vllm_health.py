@@ -143,10 +143,13 @@ diagnosis:
 """
 
 import json
+import re
 import time
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_range
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import Target, container_failed, probe
 
@@ -154,10 +157,34 @@ INSPECT_EVERY = 2.0
 
 
 def inspect(module: AnsibleModule, container: str) -> dict | None:
-    rc, out, _err = module.run_command(["docker", "inspect", "--type", "container", container])
+    rc, out, err = module.run_command(["docker", "inspect", "--type", "container", container])
     if rc != 0:
         return None
-    return json.loads(out)[0]
+    try:
+        info = json.loads(out)[0]
+    except (ValueError, IndexError, KeyError, TypeError):
+        module.fail_json(msg=f"docker inspect {container} did not answer with its JSON: {(out or err)[:200]!r}")
+    return info if isinstance(info, dict) else {}
+
+
+def check_options(params: dict) -> None:
+    """What AnsibleModule cannot check: the URL's form, non-empty names, time ranges."""
+    url = params["url"]
+    try:
+        parts = urlsplit(url) if not re.search(r"\s", url) else None
+        host = parts.hostname if parts else None
+    except ValueError:  # "http://[" and other forms urllib cannot split
+        parts = host = None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise InputError(f"url {url!r}: expected the server's base URL such as http://127.0.0.1:8000")
+    for option in ("container", "served_model_name"):
+        if not params[option].strip():
+            raise InputError(f"{option} is empty; expected a name")
+    for option in ("timeout", "chat_timeout", "poll_interval", "progress_interval"):
+        check_range(params[option], option, low=0.001)
+    check_range(params["wait_seconds"], "wait_seconds", low=0)
+    check_range(params["log_lines"], "log_lines", low=1)
+    check_range(params["baseline_restarts"], "baseline_restarts", low=0)
 
 
 def logs(module: AnsibleModule, container: str, lines: int) -> list[str]:
@@ -186,6 +213,12 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    try:
+        check_options(p)
+    except InputError as exc:
+        module.fail_json(msg=str(exc))
+    if not module.get_bin_path("docker"):
+        module.fail_json(msg="docker is not on PATH of the target; the health gate reads the container's state with it")
     stages = ["health", "models"] + (["chat"] if p["chat"] else [])
     target = Target(p["url"], p["served_model_name"], api_key=p["api_key"], chat_timeout=p["chat_timeout"])
     deadline = time.monotonic() + max(0.0, p["wait_seconds"])
