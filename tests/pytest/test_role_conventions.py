@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -55,7 +56,7 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
@@ -139,7 +140,8 @@ def internal_names(role: Path) -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_registered_and_set_names_are_internal(role: Path):
-    wrong = [f"{where}: {how} {name}" for where, how, name in internal_names(role) if not name.startswith(f"__{role.name}_")]
+    prefix = f"__{role.name}_"
+    wrong = [f"{where}: {how} {name}" for where, how, name in internal_names(role) if not name.startswith(prefix)]
     assert wrong == [], f"expected __{role.name}_...: {wrong}"
 
 
