@@ -184,7 +184,7 @@ def test_the_internal_name_rule_can_fail(tmp_path: Path):
         "- name: b\n  block:\n    - name: f\n      ansible.builtin.set_fact:\n        __demo_ok: 1\n        other: 2\n",
         encoding="utf-8",
     )
-    names = [name for _, _, name in internal_names(role)]
+    names = [found[2] for found in internal_names(role)]
     assert sorted(names) == ["__demo_ok", "demo_result", "other"]
 
 
