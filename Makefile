@@ -73,13 +73,15 @@ collection:
 	cd $(INSTALL_DIR) && ANSIBLE_COLLECTIONS_PATH=$(INSTALL_DIR)/collections \
 	    ansible-playbook -i localhost, sparkfleet.serving.site --syntax-check
 
-# What Galaxy runs on every upload, in a venv of its own (it pins its own tools).
+# What Galaxy runs on every upload, in a venv of its own (it pins its own tools). It writes
+# importer_result.json into the directory it runs in: beside the tarball, not into the tree.
 IMPORTER_VENV ?= /tmp/sparkfleet-importer-venv
 importer: collection
 	test -x $(IMPORTER_VENV)/bin/python || $(PYTHON) -m venv $(IMPORTER_VENV)
 	$(IMPORTER_VENV)/bin/pip install -q --disable-pip-version-check galaxy-importer==0.4.44
-	GALAXY_IMPORTER_CONFIG=$(CURDIR)/tests/galaxy/importer.cfg $(IMPORTER_VENV)/bin/python -m galaxy_importer.main \
-	    $(INSTALL_DIR)/dist/sparkfleet-serving-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
+	cd $(INSTALL_DIR)/dist && GALAXY_IMPORTER_CONFIG=$(CURDIR)/tests/galaxy/importer.cfg \
+	    $(IMPORTER_VENV)/bin/python -m galaxy_importer.main \
+	    $(INSTALL_DIR)/dist/sparkfleet-serving-$$(sed -n 's/^version: //p' $(CURDIR)/galaxy.yml).tar.gz
 
 # The main job against a simulated Spark, for when there is no real one: builds the
 # test-bed image, starts one simulated Spark and runs the site playbook on it. It stays

@@ -17,7 +17,7 @@ unix socket that timestamps every request, and measures:
     python3 benchmarks/watchdog_latency.py [--trials 50] [--idle-seconds 60] [--json]
         [--modes ramp,step] [--set poll_slow_s=0.1 ...]
 
-Targets (issue 6): p95 <= 250 ms, idle CPU <= 0.5% of one core, RSS <= 25 MB.
+Targets: p95 <= 250 ms, idle CPU <= 0.5% of one core, RSS <= 25 MB.
 """
 
 from __future__ import annotations

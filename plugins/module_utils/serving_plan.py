@@ -3,11 +3,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Check a vLLM serving plan against the box before anything is installed.
 
-Each rule is one pitfall from the DGX Spark field reports (shared/brief.md, "pitfalls"):
-it returns errors (vLLM would refuse to start, crash or freeze the box) and warnings
-(it works but is risky). The KV-cache capacity of the shipped Qwen3.5-35B-A3B-FP8
-profile comes from the field measurements; for other models it is estimated from the
-model's config.json and labelled as an estimate.
+Each rule is one pitfall of serving vLLM on a DGX Spark: it returns errors (vLLM would
+refuse to start, crash or freeze the box) and warnings (it works but is risky). The
+KV-cache capacity of the shipped Qwen3.5-35B-A3B-FP8 profile comes from measurements on a
+128 GB Spark; for other models it is estimated from the model's config.json and labelled
+as an estimate.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import re
 GIB = 1024**3
 
 # Measured on a 128 GB DGX Spark (MemTotal ~121.7 GiB), vLLM 0.19 nightly, enforce-eager,
-# Qwen3.5-35B-A3B-FP8, KV cache dtype auto (field report 1): utilisation -> KV tokens.
+# Qwen3.5-35B-A3B-FP8, KV cache dtype auto: utilisation -> KV tokens. 0.75 is vLLM's own
+# start-up figure ("GPU KV cache size", 2567 blocks x 16 tokens); 0.80-0.90 are rounded
+# figures of the same deployment.
 FIELD_KV_TOKENS = ((0.75, 41_072), (0.80, 45_000), (0.85, 50_000), (0.90, 54_000))
-# The field figures hold for a box of this size only.
+# The measured figures hold for a box of this size only.
 FIELD_MEM_TOTAL_RANGE = (115 * GIB, 128 * GIB)
 
 # Architecture of Qwen3.5-35B-A3B (text part of its config.json): 40 layers, every 4th one
@@ -40,7 +42,8 @@ QWEN35_35B_A3B_CONFIG = {
     "max_position_embeddings": 262_144,
 }
 
-# Models whose figures come from the field reports, by the last part of their name.
+# Models whose figures are known (measured or from their published checkpoints), by the
+# last part of their name.
 KNOWN_MODELS = {
     "qwen3.5-35b-a3b-fp8": {
         "weights_bytes": int(34.22 * GIB),
@@ -77,14 +80,16 @@ HYBRID_MODEL_TYPES = {
 
 NVFP4_ISSUE = "https://github.com/vllm-project/vllm/issues/35519"
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-# vLLM's max_num_batched_tokens when not set, as the field report's error message shows it.
+# vLLM's max_num_batched_tokens when not set, as its own assertion reports it: "In Mamba
+# cache align mode, block_size (2096) must be <= max_num_batched_tokens (2048)".
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 # vLLM rounds the attention block size of hybrid models up to a multiple of this.
 BLOCK_ALIGNMENT = 16
 
 DEFAULT_THRESHOLDS = {
-    # Memory that must be left after the weights on unified memory: the field's BF16 run
-    # had ~56 GiB left and OOMed in profiling, the FP8 run ~87 GiB and was stable.
+    # Memory that must be left after the weights on unified memory: on a 128 GB Spark the
+    # BF16 Qwen3.5-35B-A3B (64.69 GiB of weights) left ~56 GiB and ran out of memory while
+    # profiling, the FP8 checkpoint (34.22 GiB) left ~87 GiB and was stable.
     "min_free_after_weights_bytes": 64 * GIB,
     "warn_utilization": 0.85,
     "max_utilization": 0.95,
@@ -224,7 +229,7 @@ def recurrent_state_bytes(config: dict) -> int | None:
 def aligned_block_size(config: dict, kv_cache_dtype: str) -> int | None:
     """The attention block size vLLM picks so that one block's page equals the recurrent state.
 
-    Reproduces the field report's number: Qwen3.5-35B-A3B with fp8 KV -> 2096.
+    Reproduces the number vLLM's assertion shows for Qwen3.5-35B-A3B with fp8 KV: 2096.
     """
     state = recurrent_state_bytes(config)
     per_token = kv_bytes_per_token_per_layer(config, kv_cache_dtype)
@@ -251,7 +256,7 @@ def weights_size(settings: dict, known: dict | None) -> tuple[int | None, str]:
     if settings.get("weights_on_disk_bytes"):
         return int(settings["weights_on_disk_bytes"]), f"safetensors files in {settings.get('model_path')}"
     if known:
-        return known["weights_bytes"], "field report"
+        return known["weights_bytes"], "known model"
     return None, "unknown"
 
 
@@ -278,7 +283,7 @@ def capacity(settings: dict, facts: dict, plan: dict) -> dict:
             "tokens": tokens,
             "estimate": not exact,
             "confidence": "high" if how != "extrapolated" else "medium",
-            "source": f"field report ({how}): Qwen3.5-35B-A3B-FP8 on a 128 GB DGX Spark, KV dtype auto",
+            "source": f"DGX Spark measurement ({how}): Qwen3.5-35B-A3B-FP8 on a 128 GB DGX Spark, KV dtype auto",
             "points": field,
         }
     config = plan["config"]
@@ -357,8 +362,8 @@ def rule_weights_fit(settings: dict, facts: dict, plan: dict) -> list[dict]:
                     "error",
                     "weights_leave_too_little_memory",
                     f"{what} of {gib(weights)} leave {gib(left)} of {gib(memory)} unified memory; at least {gib(need)} "
-                    "must remain for activations, KV cache and the OS (the field's BF16 Qwen3.5-35B run had ~56 GiB "
-                    "left and ran out of memory while profiling)."
+                    "must remain for activations, KV cache and the OS (a BF16 Qwen3.5-35B-A3B on a 128 GB Spark "
+                    "had ~56 GiB left and ran out of memory while profiling)."
                     + (better if sixteen_bit else " Use a smaller or more quantised checkpoint."),
                 )
             ]
@@ -383,7 +388,9 @@ def rule_enforce_eager(settings: dict, facts: dict, plan: dict) -> list[dict]:
                 "warning",
                 "enforce_eager_missing",
                 "enforce_eager is off on unified memory: torch.compile and CUDA-graph capture add a memory peak "
-                "that can freeze the box (field report); set enforce_eager: true",
+                "that can freeze the box (unified memory: there is no separate GPU memory to run out first, see "
+                "https://github.com/NVIDIA/dgx-spark-playbooks/blob/main/nvidia/vllm/README.md); "
+                "set enforce_eager: true",
             )
         ]
     return []
@@ -468,7 +475,8 @@ def rule_shm(settings: dict, facts: dict, plan: dict) -> list[dict]:
             finding(
                 "warning",
                 "shm_size_small",
-                f"shm_size {settings['shm_size']} is below the recommended {gib(good)} (field-proven 16g)",
+                f"shm_size {settings['shm_size']} is below the recommended {gib(good)} "
+                "(the shipped profile runs with 16g)",
             )
         ]
     return []
@@ -498,7 +506,8 @@ def rule_utilization(settings: dict, facts: dict, plan: dict) -> list[dict]:
                 "warning",
                 "utilization_high",
                 f"gpu_memory_utilization {util} is above {warn} on unified memory: little is left for the OS "
-                "(field report: 0.90 is risky); the memory watchdog may stop the container",
+                "(at 0.90 a 128 GB Spark keeps about 12 GiB for everything else); the memory watchdog may stop "
+                "the container",
             )
         ]
     return []

@@ -57,7 +57,8 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         patterns=(r"cudaErrorIllegalInstruction", r"CUDA error: an illegal instruction was encountered"),
         variables=("vllm_model_dir", "vllm_quantization"),
         advice=(
-            "NVFP4 checkpoints crash on GB10 (sm_121) with the current kernels (vLLM issue #35519). Serve the "
+            "NVFP4 checkpoints crash on GB10 (sm_121) with the current kernels "
+            "(https://github.com/vllm-project/vllm/issues/35519). Serve the "
             "FP8 checkpoint instead: point vllm_model_dir at Qwen3.5-35B-A3B-FP8 weights (profile "
             "qwen3.5-35b-a3b-fp8) and leave vllm_quantization empty or set it to fp8."
         ),

@@ -63,7 +63,8 @@ options:
     type: int
   max_num_batched_tokens:
     description:
-      - vLLM C(--max-num-batched-tokens). Unset means vLLM's default (2048 in the field report).
+      - vLLM C(--max-num-batched-tokens). Unset means vLLM's default (2048, as its Mamba block-size assertion
+        reports it).
     type: int
   kv_cache_dtype:
     description:
@@ -94,7 +95,8 @@ options:
     type: int
   weights_bytes:
     description:
-      - Size of the weights in bytes, when known better than from O(model_path) or the field report.
+      - Size of the weights in bytes, when known better than from O(model_path) or the built-in figures of a
+        known model.
     type: int
   gpu_facts:
     description:
@@ -133,7 +135,7 @@ options:
     default: 16g
 seealso:
   - module: sparkfleet.serving.gpu_facts
-  - name: vLLM issue 35519 (NVFP4 on GB10)
+  - name: NVFP4 on GB10 (vllm-project/vllm#35519)
     description: cudaErrorIllegalInstruction with NVFP4 kernels on GB10.
     link: https://github.com/vllm-project/vllm/issues/35519
 extends_documentation_fragment:
@@ -201,9 +203,10 @@ capacity_source:
   description: Where RV(kv_capacity_tokens) comes from.
   returned: always
   type: str
-  sample: "field report (measured): Qwen3.5-35B-A3B-FP8 on a 128 GB DGX Spark, KV dtype auto"
+  sample: "DGX Spark measurement (measured): Qwen3.5-35B-A3B-FP8 on a 128 GB DGX Spark, KV dtype auto"
 capacity_confidence:
-  description: high (field measurement), medium (extrapolated or estimated), low (estimate for a hybrid model), none.
+  description: high (measured on a DGX Spark), medium (extrapolated or estimated), low (estimate for a hybrid model),
+    none.
   returned: always
   type: str
   sample: high
@@ -216,7 +219,7 @@ weights_source:
   description: Where RV(weights_bytes) comes from.
   returned: always
   type: str
-  sample: field report
+  sample: known model
 precision:
   description: Precision of the checkpoint's weights (fp8, nvfp4, int4, int8, bf16, fp16, fp32).
   returned: always

@@ -74,6 +74,13 @@ CONTAINER_DEFAULTS: dict[str, float] = {
     "grace_s": 300.0,
 }
 TOP_KEYS = {"proc_root", "docker_socket", "dry_run", "textfile", "containers", *SETTINGS}
+# Thresholds are percentages of MemTotal. Below this one a threshold cannot be meant: the
+# shipped profile's weights alone (Qwen3.5-35B-A3B-FP8, 34.22 GiB) take 28% of a Spark's
+# 121.7 GiB, so vLLM would be stopped while it loads; 0.9 is a fraction, not 90%.
+MIN_THRESHOLD_PCT = 50.0
+THRESHOLD_KEYS = ("startup_threshold", "steady_threshold", "ceiling")
+# While meminfo cannot be read the watchdog is blind: it says so again this often.
+BLIND_REMINDER_S = 60.0
 
 
 class ConfigError(Exception):
@@ -127,6 +134,17 @@ def _number(where: str, value: Any, low: float, high: float, integer: bool = Fal
     return int(value) if integer else float(value)
 
 
+def _check_threshold(where: str, value: float) -> None:
+    """Refuses a threshold that would stop the container at once or while it loads."""
+    if value < MIN_THRESHOLD_PCT:
+        hint = (f"it looks like a fraction: write {value * 100:g} for {value * 100:g}%"
+                if 0 < value <= 1 else "the container would be stopped as soon as it loads its model")
+        raise ConfigError(
+            f"{where} = {value:g} is a percentage of memory used and {value:g}% cannot be meant ({hint}); "
+            f"expected a value between {MIN_THRESHOLD_PCT:g} and 100"
+        )
+
+
 def _container(index: int, raw: Any, defaults: dict[str, float]) -> ContainerConfig:
     where = f"containers[{index}]"
     if isinstance(raw, str):
@@ -146,8 +164,8 @@ def _container(index: int, raw: Any, defaults: dict[str, float]) -> ContainerCon
     for key, default in defaults.items():
         high = 1e9 if key == "grace_s" else 100.0
         values[key] = _number(f"{where}.{key} ({name})", raw.get(key, default), 0.0, high)
-    if values["steady_threshold"] <= 0:
-        raise ConfigError(f"{where}.steady_threshold ({name}) = 0 would stop the container at once; expected above 0")
+    for key in THRESHOLD_KEYS:
+        _check_threshold(f"{where}.{key} ({name})", values[key])
     if not values["steady_threshold"] <= values["startup_threshold"] <= values["ceiling"]:
         raise ConfigError(
             f"{where} ({name}): steady_threshold {values['steady_threshold']:g} <= startup_threshold "
@@ -232,9 +250,17 @@ def read_meminfo(proc_root: str) -> MemSample:
     for line in data.split(b"\n"):
         key, _sep, rest = line.partition(b":")
         if key in (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree"):
-            fields[key] = int(rest.split()[0])
+            number = rest.split()[:1]
+            if not number or not number[0].isdigit():
+                shown = line.decode("ascii", "replace").strip()
+                raise ValueError(f"meminfo line {shown!r} has no number; expected '{key.decode()}: <kB> kB'")
+            fields[key] = int(number[0])
     if fields.get(b"MemTotal", 0) <= 0 or b"MemAvailable" not in fields:
         raise ValueError("meminfo has no MemTotal/MemAvailable (kernel older than 3.14?)")
+    if fields[b"MemAvailable"] > fields[b"MemTotal"]:
+        raise ValueError(
+            f"meminfo MemAvailable {fields[b'MemAvailable']} kB is above MemTotal {fields[b'MemTotal']} kB"
+        )
     return MemSample(
         fields[b"MemTotal"], fields[b"MemAvailable"], fields.get(b"SwapTotal", 0), fields.get(b"SwapFree", 0)
     )
@@ -409,6 +435,7 @@ class Watched:
     killed: bool = False
     stopped: bool = False
     recovered: bool = False
+    stop_failed: bool = False
     cooldown_until: float = 0.0
     not_before: float = 0.0
     actions: dict[str, int] = field(default_factory=lambda: {"stop": 0, "kill": 0})
@@ -424,7 +451,8 @@ class Watchdog:
         self.watched = [Watched(c) for c in config.containers]
         self.sample: MemSample | None = None
         self.docker_ok: bool | None = None
-        self.meminfo_ok = True
+        self.blind_since: float | None = None  # monotonic time meminfo became unreadable
+        self.blind_reminded = 0.0
         self.docker_errors = 0
         self.textfile_due = 0.0
         self.dirty = True
@@ -507,21 +535,40 @@ class Watchdog:
         """One sample and the decisions it leads to; returns how long to sleep."""
         now = self.clock.monotonic()
         try:
-            self.sample = read_meminfo(self.cfg.proc_root)
+            sample = read_meminfo(self.cfg.proc_root)
         except (OSError, ValueError) as exc:
-            if self.meminfo_ok:
-                self.log("meminfo_error", level=3, error=str(exc), proc_root=self.cfg.proc_root)
-            self.meminfo_ok = False
+            self.blind(now, exc)
             return self.cfg.poll_slow_s
-        if not self.meminfo_ok:
-            self.log("meminfo_ok")
-            self.meminfo_ok = True
+        self.sample = sample
+        if self.blind_since is not None:
+            self.log("meminfo_ok", blind_s=round(now - self.blind_since, 1))
+            self.blind_since = None
         for w in self.watched:
             if w.state in (IDLE, ARMED) and now - w.inspected_at >= self.cfg.inspect_interval_s:
                 self.inspect(w, now)
-            self.evaluate(w, self.sample, now)
+            # This sample, even if the re-check before an action found meminfo unreadable.
+            self.evaluate(w, sample, now)
         self.write_textfile(now)
-        return self.next_interval(self.sample)
+        return self.cfg.poll_slow_s if self.blind_since is not None else self.next_interval(sample)
+
+    def blind(self, now: float, exc: Exception) -> None:
+        """meminfo cannot be read or parsed. Stopping vLLM on a figure the watchdog cannot
+        trust would be worse than stopping it late, so nothing is stopped; but a blind
+        watchdog must not look healthy: the error goes to the journal at once (priority
+        err) and again every BLIND_REMINDER_S (crit) with how long it has lasted, the
+        textfile says so, and meminfo is read again every poll_slow_s. (earlyoom exits on
+        an unparsable meminfo; under systemd's Restart=always that would only restart into
+        the same error, and a transient bad read would leave the box unwatched.)"""
+        self.sample = None  # the last figures are stale: no log line may show them
+        first = self.blind_since is None
+        if first:
+            self.blind_since = now
+        if first or now - self.blind_reminded >= BLIND_REMINDER_S:
+            self.blind_reminded = now
+            self.log("meminfo_error", level=3 if first else 2, error=str(exc), proc_root=self.cfg.proc_root,
+                     blind_s=round(now - (self.blind_since or now), 1),
+                     action=f"nothing is stopped until meminfo reads again; retrying every {self.cfg.poll_slow_s:g} s")
+        self.write_textfile(now)
 
     def evaluate(self, w: Watched, sample: MemSample, now: float) -> None:
         if w.state == COOLDOWN:
@@ -568,14 +615,15 @@ class Watchdog:
         limit = w.cfg.ceiling if trigger == "ceiling" else steady_or_startup
         try:
             self.sample = read_meminfo(self.cfg.proc_root)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            self.blind(now, exc)
             return
         if self.sample.used_pct < limit:
             self.log("recheck_cleared", container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger)
             w.over_count = 0
             return
         w.trigger_threshold = min(limit, steady_or_startup)
-        w.over_count, w.killed, w.stopped, w.recovered = 0, False, False, False
+        w.over_count, w.killed, w.stopped, w.recovered, w.stop_failed = 0, False, False, False, False
         w.action_started = now
         if self.cfg.dry_run:
             self.log("stop", level=4, container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger,
@@ -616,15 +664,17 @@ class Watchdog:
                 # 204 stopped, 304 was already stopped, 404 gone: nothing left to kill.
                 w.stopped = status in (204, 304, 404)
                 took_ms = round(elapsed * 1000, 1)
-                if not w.stopped:
-                    # Docker refused or failed: back to armed, a new stop after retry_s.
+                if w.stopped:
+                    self.log("stopped", container=w.cfg.name, action="stop", http_status=status, took_ms=took_ms)
+                else:
+                    # Docker refused or failed the stop: sending it again would only repeat the
+                    # failure while memory runs out. The stop's deadline stands: kill once
+                    # kill_after_s have passed since the stop, unless memory recovers meanwhile.
+                    w.stop_failed = True
                     self.docker_errors += 1
+                    kill_in = max(self.cfg.kill_after_s - elapsed, 0.0)
                     self.log("action_failed", level=3, container=w.cfg.name, action="stop", http_status=status,
-                             took_ms=took_ms, retry_in_s=self.cfg.retry_s)
-                    w.not_before = now + self.cfg.retry_s
-                    w.state, w.inspected_at = ARMED, float("-inf")
-                    return
-                self.log("stopped", container=w.cfg.name, action="stop", http_status=status, took_ms=took_ms)
+                             took_ms=took_ms, next=f"kill in {kill_in:.2f} s unless memory recovers")
         if (not (w.recovered or w.stopped or w.killed) and elapsed >= self.cfg.kill_after_s
                 and now >= w.not_before):
             self.escalate(w, now, elapsed)
@@ -651,7 +701,8 @@ class Watchdog:
         if w.pending is not None:  # Docker answers the stop once the kill took effect
             w.pending.close()
             w.pending = None
-        self.log("kill", level=3, container=w.cfg.name, reason="memory not recovered after stop",
+        reason = "memory not recovered after stop" + (" (the stop failed)" if w.stop_failed else "")
+        self.log("kill", level=3, container=w.cfg.name, reason=reason,
                  after_s=round(elapsed, 2), http_status=status, threshold=w.trigger_threshold)
 
     def _start_cooldown(self, w: Watched, now: float) -> None:
@@ -691,6 +742,9 @@ class Watchdog:
             "# HELP sparkfleet_watchdog_docker_errors_total Failed Docker API calls.",
             "# TYPE sparkfleet_watchdog_docker_errors_total counter",
             f"sparkfleet_watchdog_docker_errors_total {self.docker_errors}",
+            "# HELP sparkfleet_watchdog_meminfo_readable 0 while meminfo cannot be read: the watchdog stops nothing.",
+            "# TYPE sparkfleet_watchdog_meminfo_readable gauge",
+            f"sparkfleet_watchdog_meminfo_readable {int(self.blind_since is None)}",
         ]
         if self.sample is not None:
             lines += [
@@ -774,13 +828,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.dry_run:
         config = dataclasses.replace(config, dry_run=True)
-    # Self-test before the loop: without a readable meminfo the watchdog is blind.
+    # Self-test before the loop: a meminfo that does not exist (a wrong proc_root) will not
+    # appear later, so refuse to start. One that exists but does not parse may be a passing
+    # fault: start, and the loop reports it loudly and retries (see Watchdog.blind).
+    first: MemSample | None = None
     try:
         first = read_meminfo(config.proc_root)
-    except (OSError, ValueError) as exc:
-        print(f"{PROG}: cannot read {config.proc_root}/meminfo: {exc}; expected a Linux meminfo file",
+    except OSError as exc:
+        print(f"{PROG}: cannot read {config.proc_root}/meminfo: {exc.strerror}; expected a Linux meminfo file",
               file=sys.stderr)
         return EXIT_RUNTIME
+    except ValueError as exc:
+        print(f"{PROG}: {config.proc_root}/meminfo: {exc}; starting anyway, nothing is stopped until it reads",
+              file=sys.stderr)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     locked = "skipped" if args.no_mlock else lock_memory()
     dog = Watchdog(config)

@@ -45,7 +45,14 @@ def test_check_config_accepts_the_defaults(tmp_path):
         ({"ceiling": 95}, "startup_threshold 96 <= ceiling 95"),
         ({"startup_threshold": 101, "ceiling": 101}, "out of range; expected a value between 0 and 100"),
         ({"steady_threshold": -1}, "out of range"),
-        ({"steady_threshold": 0, "startup_threshold": 0}, "would stop the container at once"),
+        ({"steady_threshold": 0, "startup_threshold": 0}, "startup_threshold (vllm) = 0 is a percentage"),
+        ({"steady_threshold": 0.9, "startup_threshold": 0.96, "ceiling": 0.98},
+         "startup_threshold (vllm) = 0.96 is a percentage of memory used and 0.96% cannot be meant "
+         "(it looks like a fraction: write 96 for 96%); expected a value between 50 and 100"),
+        ({"containers": [{"name": "vllm", "steady_threshold": 0.9}]},
+         "steady_threshold (vllm) = 0.9 is a percentage of memory used and 0.9% cannot be meant "
+         "(it looks like a fraction: write 90 for 90%)"),
+        ({"steady_threshold": 30}, "30% cannot be meant (the container would be stopped as soon as it loads"),
         ({"grace_s": -5}, "grace_s (vllm) = -5 is out of range"),
         ({"steady_threshold": "90"}, "is not a number"),
         ({"containers": []}, "expected a non-empty list"),
@@ -166,3 +173,29 @@ def test_journal_priority_prefix_under_systemd(tmp_path):
     assert lines[0].startswith('<6>{"event":"start"')
     assert any(line.startswith('<3>{"event":"docker_unavailable"') for line in lines)
     assert lines[-1].startswith('<6>{"event":"exit"')
+
+
+def test_the_daemon_survives_a_malformed_meminfo_and_stops_nothing_meanwhile(tmp_path, short_dir):
+    proc = FakeProc(tmp_path / "proc")
+    (proc.root / "meminfo").write_text("MemTotal:       127605464 kB\nMemAvailable:\n", encoding="ascii")
+    config = write_config(tmp_path / "c.json", proc_root=str(proc.root), docker_socket=f"{short_dir}/docker.sock",
+                          containers=[{"name": "vllm", "grace_s": 0}], inspect_interval_s=0.2, poll_slow_s=0.2)
+    with FakeDocker(f"{short_dir}/docker.sock") as docker:
+        docker.run("vllm", time.time() - 3600)
+        daemon = subprocess.Popen([PYTHON, "-I", "-B", str(PROGRAM), "--config", config, "--no-mlock"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(1.5)
+            assert daemon.poll() is None, "the daemon exited on a malformed meminfo"
+            assert docker.actions() == []
+            proc.set(93)  # readable again, and over the threshold: it acts now
+            assert docker.wait_for(lambda: docker.actions("stop"), 15), "no stop once meminfo read again"
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            out, err = daemon.communicate(timeout=10)
+    assert "Traceback" not in err, err
+    assert "meminfo line 'MemAvailable:' has no number" in err
+    events = [json.loads(line) for line in out.splitlines()]
+    error = next(e for e in events if e["event"] == "meminfo_error")
+    assert "MemAvailable" in error["error"]
+    assert [e["event"] for e in events].index("meminfo_ok") < [e["event"] for e in events].index("stop")

@@ -118,6 +118,23 @@ def test_recheck_just_before_acting_sees_memory_fall(harness):
     assert cleared[0]["used_pct"] == pytest.approx(60, abs=0.01)
 
 
+def test_meminfo_unreadable_at_the_recheck_stops_nothing_and_the_loop_goes_on(harness):
+    h = harness(containers=["vllm", "vllm-big"])
+    h.started(ago_s=3600)
+    h.started(ago_s=3600, name="vllm-big")
+    h.step(50)
+    h.step(92)
+    h.step(92)
+    # meminfo turns unreadable between the third sample and the re-read before acting.
+    h.docker.hooks["json"] = lambda: (h.proc.root / "meminfo").write_text("MemTotal: 1 kB\nMemAvailable:\n")
+    assert h.step() == h.config.poll_slow_s
+    assert h.docker.actions() == []
+    assert h.events("meminfo_error")[0]["error"].startswith("meminfo line 'MemAvailable:'")
+    h.run_for(1, used_pct=92)
+    assert h.events("meminfo_ok")
+    assert len(stops(h)) == 2, "did not act once meminfo read again"
+
+
 def test_recheck_sees_a_restart_and_applies_the_grace_threshold(harness):
     h = harness()
     box = h.started(ago_s=3600)
@@ -226,22 +243,41 @@ def test_docker_socket_unavailable_keeps_running_logs_once_and_retries(harness):
     assert h.dog.watched[0].state == "armed"
 
 
-def test_failed_stop_is_logged_and_retried(harness):
-    h = harness(retry_s=1)
+def test_failed_stop_escalates_to_kill_not_to_more_stops(harness):
+    h = harness(retry_s=1, kill_after_s=3)
     h.started(ago_s=3600)
     h.step(50)
     h.docker.status["stop"] = 500
     h.run_for(0.5, used_pct=95)
     assert len(stops(h)) == 1
-    assert h.events("action_failed")[0]["http_status"] == 500
-    assert h.dog.watched[0].state == "armed"
+    failed = h.events("action_failed")[0]
+    assert (failed["action"], failed["http_status"]) == ("stop", 500)
+    assert failed["next"].startswith("kill in ")
+    h.run_for(2.3, used_pct=95)
+    assert len(stops(h)) == 1, "sent stop again instead of escalating"
+    assert h.docker.actions("kill") == [], "killed before kill_after_s"
     h.run_for(0.5, used_pct=95)
-    assert len(stops(h)) == 1, "retried before retry_s"
-    del h.docker.status["stop"]
-    h.run_for(1, used_pct=95)
-    assert len(stops(h)) == 2
-    assert h.docker.actions("kill") == []
+    assert [c.path for c in h.docker.actions("kill")] == ["/containers/vllm/kill"]
+    kill = h.events("kill")[0]
+    assert kill["reason"] == "memory not recovered after stop (the stop failed)"
+    assert kill["after_s"] >= 3
     assert not h.docker.containers["vllm"].running
+    assert h.dog.watched[0].state == "cooldown"
+    assert len(stops(h)) == 1
+
+
+def test_failed_stop_then_recovery_kills_nothing(harness):
+    h = harness(kill_after_s=3)
+    h.started(ago_s=3600)
+    h.step(50)
+    h.docker.status["stop"] = 500
+    h.run_for(0.5, used_pct=95)
+    assert h.events("action_failed")
+    h.run_for(5, used_pct=60)  # memory came back by itself
+    assert h.docker.actions("kill") == []
+    assert len(stops(h)) == 1
+    assert h.events("recovered")
+    assert h.dog.watched[0].state == "cooldown"
 
 
 def test_docker_down_at_the_moment_of_acting_is_retried(harness):
@@ -300,6 +336,45 @@ def test_meminfo_errors_are_logged_and_survived(harness):
     assert len(h.events("meminfo_error")) == 1
     h.step(50)
     assert h.events("meminfo_ok")
+
+
+MALFORMED_MEMINFO = [
+    "MemTotal:       127605464 kB\nMemFree:        1000 kB\nMemAvailable:\n",
+    "MemTotal:       127605464 kB\nMemAvailable:   kB\n",
+    "MemTotal:       lots kB\nMemAvailable:   1000 kB\n",
+    "MemTotal:       127605464 kB\nMemAvailable:   -5 kB\n",
+    "MemTotal:       1000 kB\nMemAvailable:   2000 kB\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", MALFORMED_MEMINFO)
+def test_malformed_meminfo_is_refused_with_a_clear_error(tmp_path, text):
+    (tmp_path / "meminfo").write_text(text)
+    with pytest.raises(ValueError, match="meminfo"):
+        wd.read_meminfo(str(tmp_path))
+
+
+@pytest.mark.parametrize("text", MALFORMED_MEMINFO[:2])
+def test_malformed_meminfo_stops_nothing_says_so_loudly_and_keeps_watching(harness, tmp_path, text):
+    path = tmp_path / "wd.prom"
+    h = harness(textfile=str(path))
+    h.started(ago_s=3600)
+    h.step(95)
+    (h.proc.root / "meminfo").write_text(text)
+    h.run_for(130)
+    assert h.docker.actions() == [], "acted on a meminfo it could not read"
+    errors = h.events("meminfo_error")
+    assert [e["blind_s"] for e in errors] == [0, 60, 120]
+    assert "MemAvailable" in errors[0]["error"]
+    assert errors[0]["action"].startswith("nothing is stopped")
+    assert "used_pct" not in errors[1], "a blind watchdog logged stale memory figures"
+    assert "sparkfleet_watchdog_meminfo_readable 0" in path.read_text()
+    h.run_for(1, used_pct=50)
+    assert h.events("meminfo_ok")[0]["blind_s"] >= 130
+    assert "sparkfleet_watchdog_meminfo_readable 1" in path.read_text()
+    h.run_for(2, used_pct=95)
+    assert stops(h) == [STOP], "did not act once meminfo read again"
 
 
 # ------------------------------------------------------------------ parsing

@@ -29,7 +29,7 @@ H100 = {
     "compute_caps": ["9.0"],
     "gpu_memory_total_bytes": 81559 * 1024 * 1024,
 }
-# Seed 1, the stable configuration.
+# The shipped profile, the stable DGX Spark configuration.
 RECIPE = {
     "model": "Qwen/Qwen3.5-35B-A3B-FP8",
     "dtype": "auto",
@@ -66,7 +66,7 @@ def test_the_field_recipe_passes_without_a_warning():
     assert (result["errors"], result["warnings"]) == ([], [])
     assert result["kv_capacity_tokens"] == 41072
     assert result["estimate"] is False
-    assert result["capacity_source"].startswith("field report (measured)")
+    assert result["capacity_source"].startswith("DGX Spark measurement (measured)")
     assert result["precision"] == "fp8"
     assert result["hybrid"] is True
 

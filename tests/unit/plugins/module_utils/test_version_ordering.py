@@ -5,13 +5,11 @@
 
 from __future__ import annotations
 
-import pytest
+import hypothesis
+from hypothesis import strategies
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_requirements import check_requirements
 from ansible_collections.sparkfleet.serving.plugins.module_utils.versions import compare_versions
-
-hypothesis = pytest.importorskip("hypothesis")
-strategies = pytest.importorskip("hypothesis.strategies")
 
 components = strategies.lists(strategies.integers(min_value=0, max_value=999), min_size=1, max_size=4)
 

@@ -16,7 +16,7 @@ STABLE = {
 }
 
 
-def test_the_stable_configuration_of_the_brief():
+def test_the_stable_dgx_spark_configuration():
     assert build_serve_args(STABLE) == [
         "/model", "--served-model-name", "qwen3.5-35b", "--host", "0.0.0.0", "--port", "8000",
         "--dtype", "auto", "--max-model-len", "16384", "--gpu-memory-utilization", "0.75",

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Log excerpts are quoted as vLLM writes them; long lines are split into adjacent literals.
 """The matcher against log excerpts in the shape real vLLM writes them (from vLLM's own
-issue tracker and the field reports), one per known failure, plus healthy logs."""
+issue tracker and DGX Spark deployments), one per known failure, plus healthy logs."""
 
 from __future__ import annotations
 
