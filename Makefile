@@ -15,7 +15,7 @@ AT_DIR := $(AT_ROOT)/ansible_collections/sparkfleet/serving
 export ANSIBLE_HOME := $(CURDIR)/.ansible
 export ANSIBLE_REMOTE_TMP := ~/.ansible/tmp
 
-.PHONY: importer test quick setup lint sanity units pytest molecule link collection demo demo-clean clean
+.PHONY: importer test quick setup docs lint sanity units pytest molecule link collection demo demo-clean clean
 
 test: lint pytest sanity units collection importer molecule
 
@@ -27,6 +27,14 @@ quick: link
 # Fresh machine: apt packages, pinned Python toolchain, a running Docker engine.
 setup:
 	bash .ci/setup
+
+# Role README variable tables, generated from each role's meta/argument_specs.yml between
+# the <!-- BEGIN_ANSIBLE_DOCS --> markers (tests/pytest/test_role_conventions.py checks them).
+ROLE_DIRS := $(patsubst %/meta/argument_specs.yml,%,$(wildcard roles/*/meta/argument_specs.yml))
+docs:
+	@for role in $(ROLE_DIRS); do \
+	    aar-doc --output-file README.md --output-template .config/aar-doc/variables.md.j2 $$role markdown || exit 1; \
+	done
 
 link:
 	@mkdir -p .ansible/collections/ansible_collections/sparkfleet

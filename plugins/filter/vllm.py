@@ -38,9 +38,14 @@ def log_lines(log: object) -> str | list[str] | None:
     )
 
 
-def vllm_diagnose(log: object) -> list[dict]:
-    """Log text or list of lines -> the known failures found (key, title, variables, advice, evidence)."""
-    return diagnose(log_lines(log))
+def vllm_diagnose(log: object, exit_code: object = None) -> list[dict]:
+    """Log text or list of lines (and the container's exit code) -> the known failures found."""
+    if exit_code is not None and not isinstance(exit_code, int):
+        try:
+            exit_code = int(exit_code)
+        except (TypeError, ValueError) as exc:
+            raise AnsibleFilterError(f"vllm_diagnose: exit_code must be an integer, got {exit_code!r}") from exc
+    return diagnose(log_lines(log), exit_code)
 
 
 class FilterModule:

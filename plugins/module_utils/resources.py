@@ -8,6 +8,11 @@ from __future__ import annotations
 from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_requirements import problem
 
 GIB = 1024**3
+# The one rule for the weights in unified memory (resource_requirements and serving_plan both
+# use it): what must remain after loading them. On a 128 GB Spark the BF16 Qwen3.5-35B-A3B
+# (64.69 GiB of weights) left ~56 GiB and ran out of memory while profiling; the FP8
+# checkpoint (34.22 GiB) left ~87 GiB and was stable.
+MIN_FREE_AFTER_WEIGHTS_BYTES = 64 * GIB
 # Files a download tool is still writing: they do not count as present weights.
 PARTIAL_SUFFIXES = (".incomplete", ".part", ".tmp", ".lock")
 
@@ -55,7 +60,14 @@ def check_disk(  # noqa: PLR0913 -- each number is measured separately
     return result
 
 
-def check_memory(*, mem_total_bytes: int | None, weights_bytes: int, headroom_bytes: int) -> dict:
+def memory_shortfall(mem_total_bytes: int, weights_bytes: int, headroom_bytes: int) -> int:
+    """Bytes missing for the weights plus the headroom (KV cache, activations, OS); 0 when they fit."""
+    return max(0, weights_bytes + headroom_bytes - mem_total_bytes)
+
+
+def check_memory(
+    *, mem_total_bytes: int | None, weights_bytes: int, headroom_bytes: int = MIN_FREE_AFTER_WEIGHTS_BYTES
+) -> dict:
     """Total memory must hold the weights plus a minimum headroom (KV cache, activations, OS)."""
     required = weights_bytes + headroom_bytes
     result = {"mem_total_bytes": mem_total_bytes, "required_bytes": required, "problems": []}
@@ -65,7 +77,7 @@ def check_memory(*, mem_total_bytes: int | None, weights_bytes: int, headroom_by
                 "Memory", "unknown (meminfo unreadable)", f">= {gib(required)}", "check that /proc/meminfo is readable"
             )
         )
-    elif mem_total_bytes < required:
+    elif memory_shortfall(mem_total_bytes, weights_bytes, headroom_bytes):
         result["problems"].append(
             problem(
                 "Memory for the model",

@@ -15,9 +15,15 @@ from __future__ import annotations
 import math
 import re
 
+from ansible_collections.sparkfleet.serving.plugins.module_utils.resources import (
+    MIN_FREE_AFTER_WEIGHTS_BYTES,
+    memory_shortfall,
+)
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import tri_state
+
 GIB = 1024**3
 
-# Measured on a 128 GB DGX Spark (MemTotal ~121.7 GiB), vLLM 0.19 nightly, enforce-eager,
+# Measured on a 128 GB DGX Spark (MemTotal ~121.7 GiB), vLLM 0.19, enforce-eager,
 # Qwen3.5-35B-A3B-FP8, KV cache dtype auto: utilisation -> KV tokens. 0.75 is vLLM's own
 # start-up figure ("GPU KV cache size", 2567 blocks x 16 tokens); 0.80-0.90 are rounded
 # figures of the same deployment.
@@ -95,10 +101,9 @@ VLLM_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e
 BLOCK_ALIGNMENT = 16
 
 DEFAULT_THRESHOLDS = {
-    # Memory that must be left after the weights on unified memory: on a 128 GB Spark the
-    # BF16 Qwen3.5-35B-A3B (64.69 GiB of weights) left ~56 GiB and ran out of memory while
-    # profiling, the FP8 checkpoint (34.22 GiB) left ~87 GiB and was stable.
-    "min_free_after_weights_bytes": 64 * GIB,
+    # Memory that must be left after the weights on unified memory (the one rule, kept in
+    # resources.py: resource_requirements applies it too).
+    "min_free_after_weights_bytes": MIN_FREE_AFTER_WEIGHTS_BYTES,
     "warn_utilization": 0.85,
     "max_utilization": 0.95,
     # Docker's default /dev/shm is 64 MB, which breaks vLLM's inter-process queues.
@@ -363,7 +368,7 @@ def rule_weights_fit(settings: dict, facts: dict, plan: dict) -> list[dict]:
     if facts.get("unified_memory") and memory:
         left = memory - weights
         need = plan["thresholds"]["min_free_after_weights_bytes"]
-        if left < need:
+        if memory_shortfall(memory, weights, need):
             what = f"{precision.upper()} weights" if sixteen_bit else "weights"
             return [
                 finding(
@@ -404,37 +409,51 @@ def rule_enforce_eager(settings: dict, facts: dict, plan: dict) -> list[dict]:
     return []
 
 
-def rule_fp8_kv_hybrid(settings: dict, facts: dict, plan: dict) -> list[dict]:
-    kv = plan["kv_cache_dtype"]
-    if not kv.startswith("fp8") or not plan["hybrid"]:
+def rule_mamba_align_block_size(settings: dict, facts: dict, plan: dict) -> list[dict]:
+    """vLLM 0.19.1's block-size assertion, which only its Mamba "align" cache mode makes.
+
+    A hybrid model's attention block is enlarged until one page holds the recurrent state (2096
+    tokens for Qwen3.5 with an fp8 KV cache, 1056 with auto). Only with prefix caching switched on
+    does vLLM 0.19.1 put such a model in the experimental "align" mode
+    (vllm/model_executor/models/config.py:436-451) and assert block_size <= max_num_batched_tokens
+    (vllm/config/vllm.py:1737-1743). Unset, prefix caching is off for hybrid models
+    (vllm/config/model.py:1785-1790), and so is the assertion.
+    """
+    if not plan["hybrid"] or plan["prefix_caching"] is not True:
         return []
+    kv = plan["kv_cache_dtype"]
     block = aligned_block_size(plan["config"], kv)
     given = settings.get("max_num_batched_tokens")
     batched = DEFAULT_MAX_NUM_BATCHED_TOKENS if given is None else given
     shown = f"{DEFAULT_MAX_NUM_BATCHED_TOKENS} (vLLM default)" if given is None else given
+    fp8 = kv.startswith("fp8")
     if block is None:
+        if not fp8:
+            return []
         return [
             finding(
                 "warning",
-                "fp8_kv_hybrid_unknown_block",
-                f"kv_cache_dtype {kv} on a hybrid (attention + state-space) model: vLLM enlarges the block size to the "
-                "recurrent state and refuses to start when it exceeds max_num_batched_tokens; the block size could not "
-                "be computed from config.json. Prefer kv_cache_dtype auto.",
+                "mamba_align_unknown_block",
+                f"kv_cache_dtype {kv} with prefix caching on a hybrid (attention + state-space) model: vLLM enlarges "
+                "the block size to the recurrent state and refuses to start when it exceeds max_num_batched_tokens; "
+                "the block size could not be computed from config.json. Prefer kv_cache_dtype auto.",
             )
         ]
-    if batched < block:
-        return [
-            finding(
-                "error",
-                "fp8_kv_hybrid_block_size",
-                f"kv_cache_dtype {kv} on a hybrid Mamba/linear-attention model makes vLLM's aligned block size "
-                f"{block}, "
-                f'above max_num_batched_tokens {shown}: vLLM stops with "In Mamba cache align mode, block_size '
-                f'({block}) must be <= max_num_batched_tokens". Use kv_cache_dtype auto, or set '
-                f"max_num_batched_tokens >= {block}.",
-            )
-        ]
-    return []
+    if batched >= block:
+        return []
+    fixes = [f"Set max_num_batched_tokens >= {block}", "leave enable_prefix_caching unset (null) or false"]
+    if fp8:
+        fixes = ["Use kv_cache_dtype auto", fixes[0][0].lower() + fixes[0][1:], fixes[1]]
+    return [
+        finding(
+            "error",
+            "mamba_align_block_size",
+            f"enable_prefix_caching on a hybrid Mamba/linear-attention model puts vLLM in Mamba cache align mode, "
+            f"and with kv_cache_dtype {kv} its aligned block size is {block}, above max_num_batched_tokens {shown}: "
+            f'vLLM stops with "In Mamba cache align mode, block_size ({block}) must be <= max_num_batched_tokens". '
+            f"{'; or '.join(fixes)}.",
+        )
+    ]
 
 
 def rule_nvfp4_gb10(settings: dict, facts: dict, plan: dict) -> list[dict]:
@@ -676,7 +695,7 @@ def rule_served_model_name(settings: dict, facts: dict, plan: dict) -> list[dict
 RULES = (
     rule_weights_fit,
     rule_enforce_eager,
-    rule_fp8_kv_hybrid,
+    rule_mamba_align_block_size,
     rule_nvfp4_gb10,
     rule_shm,
     rule_utilization,
@@ -691,7 +710,8 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
     """Errors and warnings of a vLLM serving plan on a box.
 
     settings: model, model_path, quantization, dtype, gpu_memory_utilization, max_model_len,
-    max_num_seqs, max_num_batched_tokens, kv_cache_dtype, enforce_eager, shm_size,
+    max_num_seqs, max_num_batched_tokens, kv_cache_dtype, enforce_eager,
+    enable_prefix_caching (true, false or None = the model's default), shm_size,
     served_model_name, weights_bytes, and from the module: model_config (config.json as a
     dict) and weights_on_disk_bytes.
     facts: unified_memory, mem_total_bytes, and optionally gpu_names, compute_caps,
@@ -715,6 +735,7 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
         "precision": precision_of(settings, config, known),
         "hybrid": is_hybrid(config),
         "kv_cache_dtype": (settings.get("kv_cache_dtype") or "auto").lower(),
+        "prefix_caching": tri_state(settings.get("enable_prefix_caching"), "enable_prefix_caching"),
         # `or 0.9` would read an explicit 0 as vLLM's default; only an unset value is the default.
         "utilization": float(DEFAULT_UTILIZATION if utilization is None else utilization),
         "weights_bytes": weights,

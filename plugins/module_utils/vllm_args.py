@@ -29,10 +29,30 @@ _VALUED = (
     ("kv_cache_dtype", "--kv-cache-dtype"),
 )
 # (setting, flag) for on/off switches; emitted only when true (vLLM's defaults are off).
-_SWITCHES = (
-    ("enforce_eager", "--enforce-eager"),
-    ("enable_prefix_caching", "--enable-prefix-caching"),
-)
+_SWITCHES = (("enforce_eager", "--enforce-eager"),)
+# (setting, flag) for vLLM's tri-state switches (argparse.BooleanOptionalAction, default None):
+# true -> --flag, false -> --no-flag, None or "" -> neither (vLLM decides per model).
+_TRI_STATE = (("enable_prefix_caching", "--enable-prefix-caching"),)
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+# How an unset (null) variable can arrive through Jinja: None, "", or its text "None".
+_UNSET = {"", "none", "null"}
+
+
+def tri_state(value: Any, name: str) -> bool | None:
+    """True, False or None (unset) from a setting as Ansible hands it over (bool or text)."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _UNSET:
+        return None
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{name} is {value!r}: expected true, false or null (null leaves it to vLLM's model default)")
+
 
 # Text-only serving: skip the vision encoder's memory profiling (stalls start-up).
 TEXT_ONLY_LIMITS = {"image": 0, "video": 0}
@@ -43,6 +63,16 @@ def _number(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+def _switches(settings: dict[str, Any]) -> list[str]:
+    """On/off flags, then tri-state flags (--flag, --no-flag or neither)."""
+    flags = [flag for key, flag in _SWITCHES if settings.get(key)]
+    for key, flag in _TRI_STATE:
+        state = tri_state(settings.get(key), key)
+        if state is not None:
+            flags.append(flag if state else "--no-" + flag[2:])
+    return flags
 
 
 def build_serve_args(settings: dict[str, Any]) -> list[str]:
@@ -61,9 +91,7 @@ def build_serve_args(settings: dict[str, Any]) -> list[str]:
         if value is None or value == "" or (key == "kv_cache_dtype" and value == "auto"):
             continue
         args += [flag, _number(value)]
-    for key, flag in _SWITCHES:
-        if settings.get(key):
-            args.append(flag)
+    args += _switches(settings)
     if settings.get("reasoning_parser"):
         args += ["--reasoning-parser", str(settings["reasoning_parser"])]
     if settings.get("tool_call_parser"):
@@ -82,7 +110,10 @@ def build_serve_args(settings: dict[str, Any]) -> list[str]:
 # Settings that are on/off; "false" as a string must mean off, not a non-empty (true) string.
 _BOOLEAN_KEYS = (*(key for key, _flag in _SWITCHES), "enable_auto_tool_choice", "text_only")
 _TEXT_KEYS = ("model_path", "reasoning_parser", "tool_call_parser")
-KNOWN_KEYS = frozenset((*(key for key, _flag in _VALUED), *_BOOLEAN_KEYS, *_TEXT_KEYS, "extra_args"))
+# Tri-state keys (true, false or unset) are checked by tri_state().
+KNOWN_KEYS = frozenset(
+    (*(key for key, _flag in _VALUED), *_BOOLEAN_KEYS, *(key for key, _flag in _TRI_STATE), *_TEXT_KEYS, "extra_args")
+)
 
 
 def _found(value: Any) -> str:

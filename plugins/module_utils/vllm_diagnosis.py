@@ -5,13 +5,15 @@
 
 vLLM fails minutes into start-up with a stack trace; the line that matters is buried in
 hundreds of others. Each known failure is a pattern over the log and an advice naming
-the role variable (roles/vllm) that fixes it. Pure functions: unit-tested with real
-log excerpts in tests/unit/plugins/module_utils/test_vllm_diagnosis.py.
+the role variable (roles/vllm) that fixes it. The patterns follow vLLM 0.19.1's own
+messages (the unit tests quote each with its source file and line). Pure functions:
+tests/unit/plugins/module_utils/test_vllm_diagnosis.py.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 
 
@@ -22,6 +24,8 @@ class KnownFailure:
     patterns: tuple[str, ...]
     variables: tuple[str, ...]
     advice: str
+    # Container exit codes that are this failure when no log line says more (128 + signal).
+    exit_codes: tuple[int, ...] = ()
 
 
 # Order matters: the more specific failures first (an NVFP4 crash also says "CUDA error").
@@ -44,11 +48,11 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             r"Model architectures \[([^\]]*)\] are not supported",
             r"model type `(\w+)` but Transformers does not recognize this architecture",
         ),
-        variables=("vllm_image", "vllm_image_tag"),
+        variables=("vllm_image", "vllm_image_digest"),
         advice=(
             "The vLLM in this image is too old for the model (Qwen3.5, architecture qwen3_5_moe, needs "
-            "vLLM >= 0.17, e.g. vllm/vllm-openai:cu130-nightly-aarch64; NGC 26.01 is too old). "
-            "Change vllm_image (or pin a newer vllm_image_tag / vllm_image_digest)."
+            "vLLM >= 0.17; the role's default vllm/vllm-openai:v0.19.1-cu130 has it, NGC 26.01 is too old). "
+            "Set vllm_image to a newer release tag and clear or update vllm_image_digest."
         ),
     ),
     KnownFailure(
@@ -61,6 +65,45 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "(https://github.com/vllm-project/vllm/issues/35519). Serve the "
             "FP8 checkpoint instead: point vllm_model_dir at Qwen3.5-35B-A3B-FP8 weights (profile "
             "qwen3.5-35b-a3b-fp8) and leave vllm_quantization empty or set it to fp8."
+        ),
+    ),
+    KnownFailure(
+        key="free-memory-at-startup",
+        title="Less free memory at start-up than gpu_memory_utilization asks for",
+        patterns=(
+            r"Free memory on device \S+ \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired GPU memory "
+            r"utilization \(([\d.]+), ([\d.]+) GiB\)",
+        ),
+        variables=("vllm_gpu_memory_utilization", "vllm_flush_page_cache"),
+        advice=(
+            "vLLM asks for gpu_memory_utilization x total memory at start-up and counts what is not free as taken "
+            "by others. On unified memory the page cache (the weights just read from disk) counts as taken: keep "
+            "vllm_flush_page_cache: true and run the role as root (it drops the page cache before a (re)start; "
+            "by hand: sync; echo 3 > /proc/sys/vm/drop_caches), stop other GPU processes, or lower "
+            "vllm_gpu_memory_utilization (0.75 is the stable value)."
+        ),
+    ),
+    KnownFailure(
+        key="memory-profiling",
+        title="Free memory grew while vLLM profiled its memory use",
+        patterns=(r"Error in memory profiling\. Initial free memory [\d.]+ GiB, current free memory [\d.]+ GiB",),
+        variables=("vllm_flush_page_cache", "vllm_gpu_memory_utilization"),
+        advice=(
+            "Something released memory while vLLM measured it: on unified memory, usually the kernel dropping "
+            "page cache, or another GPU process ending. Keep vllm_flush_page_cache: true (the role then drops "
+            "the page cache before the start, so it cannot shrink during profiling), start nothing else on the "
+            "GPU meanwhile, and retry; lower vllm_gpu_memory_utilization if it recurs."
+        ),
+    ),
+    KnownFailure(
+        key="no-kv-cache-memory",
+        title="Nothing left for the KV cache after the weights and activations",
+        patterns=(r"No available memory for the cache blocks",),
+        variables=("vllm_gpu_memory_utilization", "vllm_model_dir", "vllm_enforce_eager"),
+        advice=(
+            "gpu_memory_utilization x total memory is used up by the weights and the profiling peak. Raise "
+            "vllm_gpu_memory_utilization (not above 0.85 on unified memory), keep vllm_enforce_eager: true, or "
+            "serve a smaller or more quantised checkpoint (vllm_model / vllm_model_dir; FP8 for Qwen3.5-35B-A3B)."
         ),
     ),
     KnownFailure(
@@ -77,6 +120,17 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         advice=(
             "Lower vllm_max_model_len to what the KV cache holds (16384 at utilization 0.75, 32768 at 0.80 on "
             "a 128 GB Spark), or raise vllm_gpu_memory_utilization (not above 0.85 on unified memory)."
+        ),
+    ),
+    KnownFailure(
+        key="max-model-len-above-model",
+        title="max_model_len above what the model's config.json allows",
+        patterns=(r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len",),
+        variables=("vllm_max_model_len",),
+        advice=(
+            "The model was trained for fewer tokens than vllm_max_model_len asks for (the limit is in the "
+            "message: max_position_embeddings or model_max_length of its config.json). Lower "
+            "vllm_max_model_len to at most that number."
         ),
     ),
     KnownFailure(
@@ -99,6 +153,9 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         key="shm",
         title="Shared memory (/dev/shm) too small",
         patterns=(
+            # vLLM itself never says "Bus error": its engine process dies of SIGBUS (signal 7)
+            # and the API server reports the exit code (vllm/v1/engine/utils.py, 0.19.1).
+            r"Failed core proc\(s\): \{[^}]*: -7\b[^}]*\}",
             r"Bus error",
             r"/dev/shm is only",
             r"Error while creating shared memory segment",
@@ -107,9 +164,11 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         ),
         variables=("vllm_shm_size",),
         advice=(
-            "vLLM's processes talk through shared memory and Docker's default /dev/shm is 64 MB. Set "
+            "vLLM's processes talk through shared memory and Docker's default /dev/shm is 64 MB; when it is "
+            "full, a process touching it dies of SIGBUS (exit code 135, or -7 for an engine process). Set "
             "vllm_shm_size (16g in the stable profile)."
         ),
+        exit_codes=(135,),
     ),
     KnownFailure(
         key="port-in-use",
@@ -139,9 +198,61 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         ),
     ),
     KnownFailure(
+        key="invalid-tool-call-parser",
+        title="Unknown tool call parser",
+        patterns=(
+            r"invalid tool call parser: (\S+)",
+            r"--enable-auto-tool-choice requires tool_parser:'([^']*)' which has not been registered",
+        ),
+        variables=("vllm_tool_call_parser",),
+        advice=(
+            "The vLLM in the image has no tool call parser of that name (the message lists the ones it has). "
+            "Set vllm_tool_call_parser to one of them (qwen3_coder for Qwen3.5), or use an image whose vLLM "
+            "has the parser (vllm_image)."
+        ),
+    ),
+    KnownFailure(
+        key="invalid-reasoning-parser",
+        title="Unknown reasoning parser",
+        patterns=(r"invalid reasoning parser: (\S+)",),
+        variables=("vllm_reasoning_parser",),
+        advice=(
+            "The vLLM in the image has no reasoning parser of that name (the message lists the ones it has). "
+            "Set vllm_reasoning_parser to one of them (qwen3 for Qwen3.5), or empty to turn reasoning parsing off."
+        ),
+    ),
+    KnownFailure(
+        key="auto-tool-choice-without-parser",
+        title="Automatic tool choice without a tool call parser",
+        patterns=(
+            r"--enable-auto-tool-choice requires --tool-call-parser",
+            # The API's answer to tool_choice "auto" (a JSON body: the quotes arrive escaped).
+            r"tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+        ),
+        variables=("vllm_enable_auto_tool_choice", "vllm_tool_call_parser"),
+        advice=(
+            "Automatic tool choice needs both settings: vllm_enable_auto_tool_choice: true and "
+            "vllm_tool_call_parser (qwen3_coder for Qwen3.5); or turn vllm_enable_auto_tool_choice off. A tool "
+            "flag in vllm_extra_args bypasses that pairing: use the variables instead."
+        ),
+    ),
+    KnownFailure(
+        key="unknown-quantization",
+        title="Unknown quantization method",
+        patterns=(r"Unknown quantization method: (\S+?)\. Must be one of",),
+        variables=("vllm_quantization",),
+        advice=(
+            "The vLLM in the image does not know that quantization method (the message lists the ones it has). "
+            "Leave vllm_quantization empty (vLLM reads the method from the checkpoint's config.json) or set one "
+            "of the listed names."
+        ),
+    ),
+    KnownFailure(
         key="invalid-arguments",
         title="vLLM refused its command line",
-        patterns=(r"vllm serve: error: .*",),
+        # Unknown flags are reported by the top-level parser ("vllm: error: unrecognized
+        # arguments"), bad values of known flags by the subcommand's ("vllm serve: error:").
+        patterns=(r"vllm(?: serve)?: error: .*",),
         variables=("vllm_extra_args", "vllm_image"),
         advice=(
             "The vLLM in the image does not know a flag or value it was given (a typo in vllm_extra_args, "
@@ -163,39 +274,52 @@ def _evidence_line(text: str, start: int) -> str:
     return line.strip()[:500]
 
 
-def diagnose(log: str | list[str] | None) -> list[dict[str, object]]:
-    """Return every known failure found in the log, most specific first.
+def _exit_code_evidence(exit_code: int) -> str:
+    """What an exit code says: 128 + N is death by signal N (135 = SIGBUS)."""
+    if exit_code > 128:
+        try:
+            name = signal.Signals(exit_code - 128).name
+        except ValueError:
+            name = f"signal {exit_code - 128}"
+        return f"container exit code {exit_code} (killed by {name})"
+    return f"container exit code {exit_code}"
+
+
+def _item(failure: KnownFailure, evidence: str) -> dict[str, object]:
+    return {
+        "key": failure.key,
+        "title": failure.title,
+        "variables": list(failure.variables),
+        "advice": failure.advice,
+        "evidence": evidence,
+        "message": f"{failure.title}: {failure.advice} (change: {', '.join(failure.variables)})",
+    }
+
+
+def diagnose(log: str | list[str] | None, exit_code: int | None = None) -> list[dict[str, object]]:
+    """Return every known failure found in the log or the container's exit code, most specific first.
 
     Each item: key, title, variables (role variables to change), advice, evidence (the log
-    line that matched) and message (one sentence for a failure message).
+    line that matched, or the exit code) and message (one sentence for a failure message).
     """
-    if log is None:
-        return []
-    text = "\n".join(log) if isinstance(log, list) else str(log)
+    text = "" if log is None else ("\n".join(log) if isinstance(log, list) else str(log))
     found = []
     for failure, patterns in _COMPILED:
-        for pattern in patterns:
-            match = pattern.search(text)
-            if match:
-                found.append({
-                    "key": failure.key,
-                    "title": failure.title,
-                    "variables": list(failure.variables),
-                    "advice": failure.advice,
-                    "evidence": _evidence_line(text, match.start()),
-                    "message": f"{failure.title}: {failure.advice} (change: {', '.join(failure.variables)})",
-                })
-                break
+        match = next((m for m in (p.search(text) for p in patterns) if m), None)
+        if match:
+            found.append(_item(failure, _evidence_line(text, match.start())))
+        elif exit_code is not None and exit_code in failure.exit_codes:
+            found.append(_item(failure, _exit_code_evidence(exit_code)))
     return found
 
 
-def summarize(log: str | list[str] | None, tail: list[str] | None = None) -> str:
+def summarize(log: str | list[str] | None, tail: list[str] | None = None, exit_code: int | None = None) -> str:
     """A failure message: the diagnoses (or that none matched) and the log tail."""
-    found = diagnose(log)
+    found = diagnose(log, exit_code)
     if found:
         lines = ["Diagnosis:"]
         for item in found:
-            lines.append(f"- {item['title']} (log: {item['evidence']})")
+            lines.append(f"- {item['title']} (evidence: {item['evidence']})")
             lines.append(f"  What to do: {item['advice']}")
             lines.append(f"  Variables: {', '.join(item['variables'])}")
     else:

@@ -36,9 +36,11 @@ options:
     default: 10737418240
   memory_headroom_bytes:
     description:
-      - Memory that must remain on top of the weights.
+      - Memory that must remain on top of the weights (KV cache, activations, the OS). The default is the rule
+        M(sparkfleet.serving.serving_plan) applies too (its C(min_free_after_weights_bytes)), 64 GiB, since on a
+        128 GB Spark the BF16 Qwen3.5-35B-A3B left ~56 GiB and ran out of memory while profiling.
     type: int
-    default: 34359738368
+    default: 68719476736
   mem_total_bytes:
     description:
       - Total memory in bytes; read from O(meminfo_path) when not given.
@@ -95,7 +97,12 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_range, meminfo_total
-from ansible_collections.sparkfleet.serving.plugins.module_utils.resources import check_disk, check_memory, is_partial
+from ansible_collections.sparkfleet.serving.plugins.module_utils.resources import (
+    MIN_FREE_AFTER_WEIGHTS_BYTES,
+    check_disk,
+    check_memory,
+    is_partial,
+)
 
 
 def existing_parent(path: str) -> str:
@@ -148,7 +155,7 @@ def main() -> None:
             "weights_dir": {"type": "path", "required": True},
             "weights_bytes": {"type": "int", "required": True},
             "disk_margin_bytes": {"type": "int", "default": 10 * 1024**3},
-            "memory_headroom_bytes": {"type": "int", "default": 32 * 1024**3},
+            "memory_headroom_bytes": {"type": "int", "default": MIN_FREE_AFTER_WEIGHTS_BYTES},
             "mem_total_bytes": {"type": "int"},
             "meminfo_path": {"type": "path", "default": "/proc/meminfo"},
             "fail_on_error": {"type": "bool", "default": True},

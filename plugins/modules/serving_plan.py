@@ -80,6 +80,13 @@ options:
       - Whether vLLM runs with C(--enforce-eager).
     type: bool
     default: false
+  enable_prefix_caching:
+    description:
+      - vLLM C(--enable-prefix-caching) (V(true)), C(--no-enable-prefix-caching) (V(false)) or neither (unset, the
+        model's default).
+      - On a hybrid model (Qwen3.5) V(true) puts vLLM 0.19.1 in Mamba cache align mode, where the aligned block size
+        must not exceed O(max_num_batched_tokens); unset or V(false), vLLM 0.19.1 turns prefix caching off for it.
+    type: bool
   shm_size:
     description:
       - Docker C(--shm-size) of the vLLM container, in Docker's form (V(16g), V(512m)).
@@ -279,6 +286,7 @@ SETTINGS = (
     "max_num_batched_tokens",
     "kv_cache_dtype",
     "enforce_eager",
+    "enable_prefix_caching",
     "shm_size",
     "served_model_name",
     "weights_bytes",
@@ -375,6 +383,7 @@ def main() -> None:
             "max_num_batched_tokens": {"type": "int", "no_log": False},
             "kv_cache_dtype": {"type": "str", "default": "auto"},
             "enforce_eager": {"type": "bool", "default": False},
+            "enable_prefix_caching": {"type": "bool"},
             "shm_size": {"type": "str"},
             "served_model_name": {"type": "str"},
             "unified_memory": {"type": "bool"},

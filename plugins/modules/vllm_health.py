@@ -125,13 +125,18 @@ reason:
   description: Why the container failed.
   returned: when state is failed
   type: str
+exit_code:
+  description: The container's exit code (State.ExitCode); 135 is death by SIGBUS (a full C(/dev/shm)).
+  returned: when the container exited or restarted
+  type: int
+  sample: 135
 log_tail:
   description: The last O(log_lines) log lines.
   returned: when state is failed or waiting
   type: list
   elements: str
 diagnosis:
-  description: Known failures found in the log (see the vllm_diagnose filter).
+  description: Known failures found in the log and the exit code (see the vllm_diagnose filter).
   returned: when state is failed or waiting
   type: list
   elements: dict
@@ -247,7 +252,8 @@ def main() -> None:
             result.update(restart_count=state["RestartCount"], started_at=state.get("StartedAt", ""))
             reason = container_failed(state, p["baseline_restarts"])
             if reason:
-                result.update(state="failed", reason=reason)
+                # The exit code is evidence too: 135 (SIGBUS) is a full /dev/shm even when the log is silent.
+                result.update(state="failed", reason=reason, exit_code=state.get("ExitCode"))
                 break
         if time.monotonic() >= deadline:
             result["state"] = "waiting"
@@ -257,7 +263,7 @@ def main() -> None:
     tail = logs(module, p["container"], p["log_lines"]) if info is not None else []
     result["last_log_line"] = tail[-1] if tail else ""
     if result["state"] != "ready":
-        result.update(log_tail=tail, diagnosis=diagnose(tail))
+        result.update(log_tail=tail, diagnosis=diagnose(tail, result.get("exit_code")))
     module.exit_json(**result)
 
 

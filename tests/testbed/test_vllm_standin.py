@@ -1,10 +1,19 @@
-"""The vLLM stand-in must parse vLLM's command line, fail like vLLM and speak its API."""
+"""The vLLM stand-in must parse vLLM's command line, fail like vLLM and speak its API.
+
+The command-line expectations are not written here: generate.py ran vLLM 0.19.1's own
+parser over every case and recorded the outcome in vllm-standin/vllm_serve.json.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
 import importlib.util
+import inspect
+import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -12,11 +21,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
-STANDIN = Path(__file__).resolve().parent / "vllm-standin" / "vllm"
+STANDIN_DIR = Path(__file__).resolve().parent / "vllm-standin"
+STANDIN = STANDIN_DIR / "vllm"
+DATA = json.loads((STANDIN_DIR / "vllm_serve.json").read_text(encoding="utf-8"))
+CASES = DATA["cases"]
 SERVED = "qwen3.5-35b"
 KEY = "sk-test-key"
 STABLE_FLAGS = [
@@ -109,24 +121,132 @@ def server(model: Path):
 
 # --- the command line ---------------------------------------------------------------------
 
-def test_unknown_flag_is_rejected_like_argparse(model: Path):
-    result = run([str(model), *STABLE_FLAGS, "--gpu-memory-utilisation", "0.7"])
-    assert result.returncode == 2
-    assert "vllm serve: error: unrecognized arguments: --gpu-memory-utilisation 0.7" in result.stderr
+def case_id(case: dict) -> str:
+    return " ".join(case["argv"])[:60]
 
 
-@pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--dtype", "fp7", "argument --dtype: invalid choice: 'fp7'"),
-    ("--gpu-memory-utilization", "most", "argument --gpu-memory-utilization: invalid float value: 'most'"),
-    ("--max-num-seqs", "16.5", "argument --max-num-seqs: invalid int value: '16.5'"),
-    ("--kv-cache-dtype", "int4", "argument --kv-cache-dtype: invalid choice: 'int4'"),
-    ("--tool-call-parser", "qwen4", "argument --tool-call-parser: invalid choice: 'qwen4'"),
-    ("--limit-mm-per-prompt", "{image:0}", "argument --limit-mm-per-prompt: invalid JSON"),
-])
-def test_invalid_values_are_rejected(model: Path, flag: str, value: str, message: str):
-    result = run([str(model), flag, value])
-    assert result.returncode == 2
-    assert message in result.stderr
+def exception_lines(output: str) -> list[str]:
+    """Output lines without vLLM's process prefix, object addresses made comparable."""
+    lines = [re.sub(r"^\((?:APIServer|EngineCore_DP0) pid=\d+\) ", "", line) for line in output.splitlines()]
+    return [re.sub(r" at 0x[0-9a-f]+>", " at 0x...>", line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def plain_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model directory with nothing model-specific to refuse (no length or quantization in
+    config.json): the outcomes the generator recorded are those of the command line alone."""
+    model = tmp_path_factory.mktemp("plain") / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5MoeForConditionalGeneration"]}))
+    return model
+
+
+@pytest.fixture(scope="module")
+def standin() -> ModuleType:
+    """The stand-in as a module: its main() runs each case in-process (90 interpreter
+    starts would cost more than the rest of this file)."""
+    loader = importlib.machinery.SourceFileLoader("vllm_standin", str(STANDIN))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("vllm_standin", loader))
+    loader.exec_module(module)
+    return module
+
+
+def run_in_process(standin: ModuleType, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    for key in [k for k in os.environ if k.startswith("VLLM_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("VLLM_STANDIN_VALIDATE_ONLY", "1")
+    monkeypatch.setattr(standin.signal, "signal", lambda *_: None)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = standin.main(["serve", *argv])
+        except SystemExit as exc:
+            code = exc.code
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_command_line_fares_as_under_vllms_own_parser(standin: ModuleType, plain_model: Path, case: dict,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    argv = [str(plain_model) if a == "/model" else a.replace("=/model", f"={plain_model}") for a in case["argv"]]
+    result = run_in_process(standin, argv, monkeypatch)
+    lines = exception_lines(result.stdout + result.stderr)
+    assert result.returncode == case["exit"], result.stdout + result.stderr
+    if case["stage"] == "accepted":
+        assert "Traceback" not in result.stdout + result.stderr
+        return
+    assert case["error"] in lines, result.stdout + result.stderr
+    if case["stage"] == "argparse":
+        # argparse's usage error: no traceback, the error line is the first "error:" line.
+        assert "Traceback" not in result.stdout + result.stderr
+        assert next(line for line in lines if re.match(r"^vllm(?: serve)?: error: ", line)) == case["error"]
+    else:
+        assert "Traceback (most recent call last):" in result.stdout + result.stderr or case["error"].startswith(
+            "pydantic_core")
+    if case.get("detail"):
+        assert any(line.startswith(case["detail"]) for line in lines)
+
+
+def test_the_cases_cover_what_the_old_stand_in_got_wrong():
+    """The command lines a hand-written stand-in judged differently from vLLM 0.19.1, with
+    the verdict of vLLM's own parser (from the generated data, not written here)."""
+    verdict = {tuple(c["argv"]): c for c in CASES}
+    refused = {
+        ("/model", "--swap-space", "4"): ("argparse", "vllm: error: unrecognized arguments: --swap-space 4"),
+        ("/model", "-O", '{"level": 3}'): ("argparse", "vllm: error: unrecognized arguments"),
+        # Not refused before the engine starts: --reasoning-parser reaches the config that
+        # validate_api_server_args reads only later; the engine's lookup fails after loading.
+        ("/model", "--reasoning-parser", "gpt_oss"): ("engine", "KeyError: \"Reasoning parser 'gpt_oss' not found."),
+        ("/model", "--structured-outputs-config.reasoning_parser", "gpt_oss"):
+            ("startup", "KeyError: 'invalid reasoning parser: gpt_oss"),
+        ("/model", "--max-model-len", "16384.0"): ("argparse", "invalid human_readable_int_or_auto value"),
+        ("/model", "--max-model-len", "1.5K"): ("argparse", "Decimals are not allowed with binary suffixes"),
+        ("/model", "--enable-auto-tool-choice"): ("validate", "TypeError: Error: --enable-auto-tool-choice requires"),
+        ("--served-model-name", "x", "/model"): ("cli", "ValueError: `model` should be provided as the first"),
+    }
+    for argv, (stage, text) in refused.items():
+        assert verdict[argv]["stage"] == stage and text in verdict[argv]["error"], argv
+    accepted = [
+        ("/model", "-cc", '{"mode": 3}'), ("/model", "--max-model-len", "auto"), ("/model", "--max-model-len", "-1"),
+        ("/model", "--max-model-len", "1t"), ("/model", "--quantization", "mxfp8"),
+        ("/model", "--load-format", "instanttensor"), ("/model", "--limit-mm-per-prompt.image", "0"),
+        ("/model", "--skip-mm-profiling"), ("/model", "--mamba-cache-mode", "align"),
+        ("/model", "--default-chat-template-kwargs", '{"enable_thinking": false}'),
+        ("/model", "--reasoning-parser", "openai_gptoss"), ("/model", "--reasoning-parser", "nemotron_v3"),
+        ("/model", "--enable-auto-tool-choice", "--tool-call-parser", "glm47"), ("/model", "-O3"),
+        ("/model", "-cc.mode", "3"), ("/model", "--max-model-len", "1.5k"), ("/model", "--no-enable-prefix-caching"),
+    ]
+    for argv in accepted:
+        assert verdict[argv]["stage"] == "accepted", argv
+    assert len(CASES) >= 60
+
+
+def test_unknown_names_have_no_argparse_choices():
+    """Parser, quantization and load-format names are checked at start-up, from registries."""
+    options = {row["dest"]: row for row in DATA["options"]}
+    for dest in ("tool_call_parser", "reasoning_parser", "quantization", "load_format"):
+        assert options[dest]["choices"] is None, dest
+    registries = DATA["registries"]
+    assert "qwen3_coder" in registries["tool_call_parsers"] and "qwen3" in registries["reasoning_parsers"]
+    assert "fp8" in registries["quantization"] and "safetensors" in registries["load_formats"]
+
+
+def test_every_quoted_message_names_its_upstream_line():
+    for name, spec in DATA["messages"].items():
+        assert spec["file"].startswith("vllm/") and spec["file"].endswith(".py"), name
+        assert spec["line"] > 0 and spec["template"], name
+
+
+SDIST = os.environ.get("VLLM_SDIST", "")
+
+
+@pytest.mark.skipif(not Path(SDIST).is_file(),
+                    reason="set VLLM_SDIST=/path/to/vllm-0.19.1.tar.gz to re-derive the table from vLLM's source "
+                           "(needs pydantic; the committed vllm_serve.json is what CI checks against)")
+def test_generated_data_is_what_vllms_source_gives():
+    result = subprocess.run([sys.executable, str(STANDIN_DIR / "generate.py"), "--sdist", SDIST, "--check"],
+                            capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
 
 
 def test_underscore_spelling_is_accepted_like_flexible_argument_parser(model: Path):
@@ -146,9 +266,11 @@ def test_only_serve_is_implemented():
 @pytest.mark.parametrize(("extra", "expected"), [
     ([], None),  # control: the stable flags start
     (["--no-enforce-eager"], "torch.OutOfMemoryError: CUDA out of memory"),
-    (["--gpu-memory-utilization", "0.95"], "CUDA out of memory"),
+    (["--gpu-memory-utilization", "0.95"], "on startup is less than desired GPU memory utilization (0.95,"),
+    (["--gpu-memory-utilization", "0.9", "--enforce-eager"], None),
     (["--kv-cache-dtype", "fp8", "--max-num-batched-tokens", "2048"],
      "block_size (2096) must be <= max_num_batched_tokens (2048)"),
+    (["--kv-cache-dtype", "fp8", "--max-num-batched-tokens", "2048", "--no-enable-prefix-caching"], None),
     (["--max-model-len", "65536"], "the estimated maximum model length is 41000"),
 ])
 def test_failures_follow_from_the_arguments(model: Path, extra: list[str], expected: str | None):
@@ -180,10 +302,54 @@ def test_older_image_flavour_lacks_qwen3_5(model: Path):
     assert "Model architectures ['Qwen3_5MoeForConditionalGeneration'] are not supported" in result.stdout
 
 
-def test_small_shm_is_a_bus_error(model: Path):
+def test_small_shm_is_sigbus_of_the_engine(model: Path):
     result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_SHM_MIN_BYTES": str(1 << 60)})
     assert result.returncode == 135
-    assert "Bus error" in result.stdout
+    assert "Failed core proc(s): {'EngineCore_DP0': -7}" in result.stdout
+    # vLLM never prints "Bus error": the engine process just dies of the signal.
+    assert "Bus error" not in result.stdout + result.stderr
+
+
+def test_prefix_caching_is_tri_state_for_hybrid_models(model: Path):
+    """0.19.1: hybrid models default to no prefix caching; asking for it selects Mamba
+    "align" mode, the only mode with the block_size <= max_num_batched_tokens assertion."""
+    small = ["--kv-cache-dtype", "fp8", "--max-num-batched-tokens", "2048"]
+    env = {"VLLM_STANDIN_VALIDATE_ONLY": "1"}
+    assert run([str(model), *small], env=env).returncode == 0
+    assert run([str(model), *small, "--no-enable-prefix-caching"], env=env).returncode == 0
+    refused = run([str(model), *small, "--enable-prefix-caching"], env=env)
+    assert refused.returncode == 1
+    assert "In Mamba cache align mode, block_size (2096) must be <= max_num_batched_tokens (2048)." in refused.stdout
+
+
+def test_model_length_above_the_config_is_refused_before_loading(tmp_path: Path):
+    model = make_model(tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "text_config": {"max_position_embeddings": 262144}}))
+    result = run([str(model), "--max-model-len", "1t"], env={"VLLM_STANDIN_VALIDATE_ONLY": "1"})
+    assert result.returncode == 1
+    assert ("User-specified max_model_len (1000000000000) is greater than the derived max_model_len "
+            "(max_position_embeddings=262144 or model_max_length=None in model's config.json).") in result.stdout
+    allowed = run([str(model), "--max-model-len", "1t"],
+                  env={"VLLM_STANDIN_VALIDATE_ONLY": "1", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})
+    assert allowed.returncode == 0
+
+
+def test_a_refused_case_refuses_in_a_real_process_too(plain_model: Path):
+    """The in-process runs above see what a container sees: exit code and stream."""
+    argparse_error = run([str(plain_model), "--swap-space", "4"], env={"VLLM_STANDIN_VALIDATE_ONLY": "1"})
+    assert argparse_error.returncode == 2
+    assert argparse_error.stderr.splitlines()[-1] == "vllm: error: unrecognized arguments: --swap-space 4"
+    cli_error = run(["--served-model-name", "x", str(plain_model)], env={"VLLM_STANDIN_VALIDATE_ONLY": "1"})
+    assert cli_error.returncode == 1
+    assert cli_error.stderr.splitlines()[-1].startswith("ValueError: `model` should be provided as the first")
+
+
+def test_validate_only_exits_before_loading(model: Path):
+    env = {"VLLM_STANDIN_VALIDATE_ONLY": "1", "VLLM_STANDIN_STARTUP_SECONDS": "60"}
+    result = run([str(model), *STABLE_FLAGS], env=env, timeout=20)
+    assert result.returncode == 0
+    assert "Loading safetensors checkpoint shards" not in result.stdout
 
 
 def test_port_in_use_is_detected_for_real(model: Path):
@@ -251,6 +417,14 @@ def test_chat_completion_and_counters(server: Server):
     assert f'vllm:generation_tokens_total{{engine="0",model_name="{SERVED}"}} {generated}' in metrics
 
 
+def test_reasoning_is_in_the_reasoning_field(server: Server):
+    """vLLM 0.19.1's ChatMessage has `reasoning` (entrypoints/openai/chat_completion/protocol.py)."""
+    request = {"model": SERVED, "messages": [{"role": "user", "content": "think"}]}
+    message = json.loads(server.request("/v1/chat/completions", request)[1])["choices"][0]["message"]
+    assert message["reasoning"]
+    assert "reasoning_content" not in message
+
+
 def test_tool_call_in_openai_shape(server: Server):
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
     request = {"model": SERVED, "tools": tools, "tool_choice": "auto",
@@ -309,9 +483,48 @@ def load_diagnosis() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["oom", "mamba-block-size", "unsupported-architecture", "nvfp4-illegal-instruction",
-                                  "kv-cache-too-small", "shm", "port-in-use", "model-files-missing"])
+FORCED = {
+    "oom": "torch.OutOfMemoryError: CUDA out of memory.",
+    "mamba-block-size": "In Mamba cache align mode, block_size (1056) must be <= max_num_batched_tokens (16384).",
+    "unsupported-architecture": "Model architectures ['Qwen3_5MoeForConditionalGeneration'] are not supported",
+    "nvfp4-illegal-instruction": "CUDA error: an illegal instruction was encountered",
+    "kv-cache-too-small": "To serve at least one request with the models's max seq len (16384)",
+    "shm": "Failed core proc(s): {'EngineCore_DP0': -7}",
+    "port-in-use": "OSError: [Errno 98] Address already in use",
+    "model-files-missing": "Invalid repository ID or local directory specified",
+    "free-memory-at-startup": "ValueError: Free memory on device cuda:0 (110.0/119.7 GiB) on startup is less than "
+                              "desired GPU memory utilization (0.75, 89.78 GiB).",
+    "memory-profiling": "AssertionError: Error in memory profiling. Initial free memory 110.0 GiB, current free "
+                        "memory 113.2 GiB.",
+    "no-kv-cache-memory": "ValueError: No available memory for the cache blocks. Try increasing "
+                          "`gpu_memory_utilization`",
+    "max-model-len-above-model": "User-specified max_model_len (16384) is greater than the derived max_model_len",
+}
+
+
+@pytest.mark.parametrize("name", list(FORCED))
+def test_forced_failure_prints_vllms_text(model: Path, name: str):
+    result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_FAIL": name})
+    assert result.returncode == (135 if name == "shm" else 1)
+    assert FORCED[name] in result.stdout
+
+
+def test_every_failure_the_stand_in_knows_is_tested():
+    text = STANDIN.read_text(encoding="utf-8")
+    names = json.loads("[" + re.search(r"^FAILURES = \[(.*?)\]", text, re.S | re.M).group(1) + "]")
+    assert sorted(names) == sorted(FORCED)
+
+
+@pytest.mark.parametrize("name", list(FORCED))
 def test_forced_failure_is_diagnosed_as_itself(model: Path, name: str):
+    diagnosis = load_diagnosis()
+    if name not in {failure.key for failure in diagnosis.KNOWN_FAILURES}:
+        pytest.skip(f"plugins/module_utils/vllm_diagnosis.py has no {name!r} diagnosis in this checkout")
+    with_exit_code = "exit_code" in inspect.signature(diagnosis.diagnose).parameters
+    if name == "shm" and not with_exit_code:
+        pytest.skip("this vllm_diagnosis.py predates vLLM's real SIGBUS signature (exit code 135, -7)")
     result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_FAIL": name})
     assert result.returncode != 0
-    assert load_diagnosis().diagnose(result.stdout)[0]["key"] == name
+    found = (diagnosis.diagnose(result.stdout, exit_code=result.returncode) if with_exit_code
+             else diagnosis.diagnose(result.stdout))
+    assert found and found[0]["key"] == name

@@ -118,7 +118,7 @@ def test_mirror_change_reloads_and_running_containers_keep_going(host, converge)
         assert result.returncode == 0, result.stdout[-3000:]
         assert "Docker will reload for: registry-mirrors (validation: skipped: dockerd 20.10.24" in result.stdout
         assert "has no --validate" in result.stdout
-        assert "RUNNING HANDLER [sparkfleet.serving.docker : Reload Docker]" in result.stdout
+        assert "RUNNING HANDLER [sparkfleet.serving.common : Reload Docker]" in result.stdout
         assert "Restart Docker" not in result.stdout.split("PLAY RECAP")[0].split("Schedule a Docker reload")[1]
         assert docker_info(host)["RegistryConfig"]["Mirrors"] == ["https://other-mirror.sparkfleet.test/"]
         assert started_at(host, name) == before

@@ -9,6 +9,7 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.resources impor
     check_memory,
     is_partial,
 )
+from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import check_plan
 
 FP8 = int(34.22 * GIB)
 
@@ -56,3 +57,17 @@ def test_memory_must_hold_weights_and_headroom():
 def test_partial_downloads_do_not_count():
     assert is_partial("model-00001-of-00014.safetensors.incomplete")
     assert not is_partial("model-00001-of-00014.safetensors")
+
+
+def test_one_memory_rule_for_the_weights():
+    # resource_requirements and serving_plan used to disagree: 70 GiB of weights on a 128 GB Spark
+    # passed one (32 GiB headroom) and failed the other (64 GiB must remain). Both use this rule now.
+    spark = {"unified_memory": True, "mem_total_bytes": 127601248 * 1024}
+    for weights, fits in ((70 * GIB, False), (int(34.22 * GIB), True)):
+        memory = check_memory(mem_total_bytes=spark["mem_total_bytes"], weights_bytes=weights)["problems"]
+        plan = check_plan({"model": "/model", "weights_bytes": weights, "max_model_len": 1024,
+                           "gpu_memory_utilization": 0.75, "enforce_eager": True, "shm_size": "16g",
+                           "served_model_name": "m"}, spark)
+        refused = any(f["rule"] == "weights_leave_too_little_memory" for f in plan["findings"])
+        assert (memory == []) is fits
+        assert refused is not fits

@@ -39,6 +39,7 @@ RECIPE = {
     "max_num_batched_tokens": 16384,
     "kv_cache_dtype": "auto",
     "enforce_eager": True,
+    "enable_prefix_caching": True,
     "shm_size": "16g",
     "served_model_name": "qwen3.5-35b",
 }
@@ -172,15 +173,15 @@ def test_aligned_block_size_reproduces_the_field_error():
 
 def test_fp8_kv_with_default_batched_tokens_is_refused():
     result = plan(kv_cache_dtype="fp8", max_num_batched_tokens=None)
-    assert "fp8_kv_hybrid_block_size" in rules(result, "error")
+    assert "mamba_align_block_size" in rules(result, "error")
     message = next(e for e in result["errors"] if "block_size" in e)
     assert "2096" in message
     assert "2048 (vLLM default)" in message
 
 
 def test_fp8_kv_with_enough_batched_tokens_passes_that_rule():
-    assert "fp8_kv_hybrid_block_size" not in rules(plan(kv_cache_dtype="fp8", max_num_batched_tokens=2096))
-    assert "fp8_kv_hybrid_block_size" in rules(plan(kv_cache_dtype="fp8_e4m3", max_num_batched_tokens=2095))
+    assert "mamba_align_block_size" not in rules(plan(kv_cache_dtype="fp8", max_num_batched_tokens=2096))
+    assert "mamba_align_block_size" in rules(plan(kv_cache_dtype="fp8_e4m3", max_num_batched_tokens=2095))
 
 
 def test_fp8_kv_on_a_plain_transformer_is_fine():
@@ -192,7 +193,7 @@ def test_fp8_kv_on_a_plain_transformer_is_fine():
         "kv_cache_dtype": "fp8",
         "max_num_batched_tokens": None,
     }
-    assert not {"fp8_kv_hybrid_block_size", "fp8_kv_hybrid_unknown_block"} & rules(check_plan(llama, SPARK))
+    assert not {"mamba_align_block_size", "mamba_align_unknown_block"} & rules(check_plan(llama, SPARK))
 
 
 def test_fp8_kv_on_a_hybrid_without_state_numbers_warns():
@@ -200,7 +201,7 @@ def test_fp8_kv_on_a_hybrid_without_state_numbers_warns():
     result = check_plan(
         {**RECIPE, "model": "/model", "weights_bytes": 20 * GIB, "model_config": jamba, "kv_cache_dtype": "fp8"}, SPARK
     )
-    assert "fp8_kv_hybrid_unknown_block" in rules(result, "warning")
+    assert "mamba_align_unknown_block" in rules(result, "warning")
 
 
 def test_hybrid_detected_from_config_json_layer_types_and_text_config():
@@ -385,3 +386,22 @@ def test_a_trimmed_config_json_of_a_known_model_still_trips_the_mamba_rule():
     result = check_plan(settings, SPARK)
     assert result["config_source"] == "config.json + built-in"
     assert any("block_size (2096) must be <= max_num_batched_tokens" in e for e in result["errors"])
+
+
+@pytest.mark.parametrize("prefix_caching", [None, False])
+def test_without_prefix_caching_there_is_no_align_mode_and_no_block_size_refusal(prefix_caching: object):
+    # vLLM 0.19.1: hybrid models default to prefix caching off (vllm/config/model.py:1785-1790) and
+    # only prefix caching selects the "align" mode whose assertion this is (vllm/config/vllm.py:1737-1743).
+    result = plan(kv_cache_dtype="fp8", max_num_batched_tokens=2048, enable_prefix_caching=prefix_caching)
+    assert not {"mamba_align_block_size", "mamba_align_unknown_block"} & rules(result)
+
+
+def test_align_mode_also_refuses_a_small_batch_with_the_auto_kv_cache():
+    # With kv_cache_dtype auto the aligned block is 1056 tokens; align mode asserts it all the same.
+    result = plan(max_num_batched_tokens=1024)
+    assert "mamba_align_block_size" in rules(result, "error")
+    message = next(e for e in result["errors"] if "block_size" in e)
+    assert "block_size (1056) must be <= max_num_batched_tokens" in message
+    assert "kv_cache_dtype auto" not in message.split(":")[-1]
+    assert "max_num_batched_tokens >= 1056" in message
+    assert "mamba_align_block_size" not in rules(plan(max_num_batched_tokens=1056))

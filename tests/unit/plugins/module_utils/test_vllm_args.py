@@ -52,3 +52,24 @@ def test_auto_tool_choice_without_parser_is_refused():
 def test_model_path_is_required():
     with pytest.raises(ValueError, match="model_path"):
         build_serve_args({"served_model_name": "x"})
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (True, ["--enable-prefix-caching"]),
+    ("true", ["--enable-prefix-caching"]),
+    (False, ["--no-enable-prefix-caching"]),
+    ("False", ["--no-enable-prefix-caching"]),
+    (None, []),
+    ("", []),
+    ("None", []),  # a null variable rendered to text by an older ansible-core
+])
+def test_prefix_caching_is_tri_state_as_in_vllm(value: object, expected: list[str]):
+    # vLLM 0.19.1 declares --enable-prefix-caching with default None and BooleanOptionalAction
+    # (vllm/engine/arg_utils.py:996-1001 and :310): unset leaves the choice to the model.
+    args = build_serve_args(dict(STABLE, enable_prefix_caching=value))
+    assert [a for a in args if "prefix-caching" in a] == expected
+
+
+def test_prefix_caching_refuses_what_is_not_a_tri_state():
+    with pytest.raises(ValueError, match="enable_prefix_caching is 'sometimes'"):
+        build_serve_args(dict(STABLE, enable_prefix_caching="sometimes"))

@@ -7,6 +7,9 @@ issue tracker and DGX Spark deployments), one per known failure, plus healthy lo
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import (
@@ -115,6 +118,92 @@ ARGS = "\n".join([
     "vllm serve: error: unrecognized arguments: --max-num-sequences 16",
 ]) + "\n"
 
+# --- vLLM 0.19.1's own messages, formatted as its f-strings print them --------------------------
+# Each constant names the source (vllm-0.19.1 sdist from PyPI, path:line of the message).
+
+# vllm/v1/worker/utils.py:413-421 (request_memory): page cache counts as used on unified memory.
+FREE_MEMORY = "\n".join([
+    '(EngineCore pid=212) ERROR 11-30 05:12:03 [core.py:1092] ValueError: Free memory on device cuda:0 (8'
+    '3.06/121.69 GiB) on startup is less than desired GPU memory utilization (0.75, 91.27 GiB). Decrease '
+    'GPU memory utilization or reduce GPU memory used by other processes.',
+]) + "\n"
+
+# vllm/v1/worker/gpu_worker.py:408-416 (determine_available_memory).
+PROFILING = "\n".join([
+    '(EngineCore pid=212) ERROR 11-30 05:14:40 [core.py:1092] AssertionError: Error in memory profiling. '
+    'Initial free memory 84.1 GiB, current free memory 86.72 GiB. This happens when other processes shari'
+    'ng the same container release GPU memory while vLLM is profiling during initialization. To fix this,'
+    ' ensure consistent GPU memory allocation or isolate vLLM in its own container.',
+]) + "\n"
+
+# vllm/v1/core/kv_cache_utils.py:626-631 (_check_enough_kv_cache_memory).
+NO_KV_MEMORY = "\n".join([
+    '(EngineCore pid=212) ERROR 11-30 05:15:10 [core.py:1092] ValueError: No available memory for the cac'
+    'he blocks. Try increasing `gpu_memory_utilization` when initializing the engine. See https://docs.vl'
+    'lm.ai/en/latest/configuration/conserving_memory/ for more details.',
+]) + "\n"
+
+# vllm/config/model.py:2161-2180 (_get_and_verify_max_len), raised inside pydantic.
+MODEL_LEN = "\n".join([
+    '(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig',
+    "(APIServer pid=1)   Value error, User-specified max_model_len (300000) is greater than the derived ma"
+    "x_model_len (max_position_embeddings=262144 or model_max_length=None in model's config.json). To all"
+    "ow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MOD"
+    "EL_LEN must be used with extreme caution. [type=value_error]",
+]) + "\n"
+
+# vllm/v1/engine/utils.py:1057-1061; the process name is "EngineCore" on one GPU and
+# "EngineCore_DP<n>" with data parallelism (vllm/v1/engine/utils.py:129). -7 is SIGBUS.
+SIGBUS = "\n".join([
+    '(EngineCore pid=212) INFO 11-30 05:12:40 [default_loader.py:291] Loading weights took 61.02 seconds',
+    '(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core'
+    " proc(s): {'EngineCore': -7}",
+]) + "\n"
+SIGBUS_DP = "\n".join([
+    '(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core'
+    " proc(s): {'EngineCore_DP0': -7}",
+]) + "\n"
+
+# Python's argparse under vLLM's top-level parser, prog "vllm" (vllm/entrypoints/cli/main.py:53).
+UNKNOWN_FLAG = "\n".join([
+    "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ...",
+    "vllm: error: unrecognized arguments: --max-num-sequences 16",
+]) + "\n"
+
+# vllm/entrypoints/openai/api_server.py:512-515 and 521-524 (validate_api_server_args).
+TOOL_PARSER = "\n".join([
+    "(APIServer pid=1) KeyError: 'invalid tool call parser: qwen3_codr (chose from { deepseek_v3,hermes,"
+    "qwen3_coder,qwen3_xml })'",
+]) + "\n"
+REASONING_PARSER = "\n".join([
+    "(APIServer pid=1) KeyError: 'invalid reasoning parser: qwen3.5 (chose from { deepseek_r1,gpt_oss,qwe"
+    "n3 })'",
+]) + "\n"
+
+# vllm/parser/parser_manager.py:215-219 (get_tool_parser).
+TOOL_PARSER_UNREGISTERED = "\n".join([
+    "(APIServer pid=1) TypeError: Error: --enable-auto-tool-choice requires tool_parser:'qwen3_codr' which"
+    " has not been registered",
+]) + "\n"
+
+# vllm/entrypoints/openai/cli_args.py:363-364 (validate_parsed_serve_args).
+AUTO_TOOL = "\n".join([
+    "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser",
+]) + "\n"
+# vllm/entrypoints/serve/render/serving.py:219-222: the API's answer to tool_choice "auto".
+AUTO_TOOL_REQUEST = (
+    '{"error":{"message":"\\"auto\\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to'
+    ' be set","type":"BadRequestError","code":400}}'
+)
+
+# vllm/config/model.py:997-1001 (_verify_quantization), raised inside pydantic.
+QUANTIZATION = "\n".join([
+    '(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig',
+    "(APIServer pid=1)   Value error, Unknown quantization method: mxfp9. Must be one of ['awq', 'fp8', 'f"
+    "bgemm_fp8', 'modelopt', 'modelopt_fp4', 'gguf', 'gptq_marlin', 'awq_marlin', 'gptq', 'compressed-ten"
+    "sors', 'bitsandbytes', 'mxfp4', 'mxfp8']. [type=value_error]",
+]) + "\n"
+
 HEALTHY = "\n".join([
     '(APIServer pid=1) INFO 11-29 10:06:40 [api_server.py:1826] Starting vLLM API server 0 on http://0.0.'
     '0.0:8000',
@@ -140,6 +229,20 @@ HEALTHY = "\n".join([
     (MISSING, "model-files-missing", "vllm_model_dir"),
     (MISSING_WEIGHTS, "model-files-missing", "vllm_model_dir"),
     (ARGS, "invalid-arguments", "vllm_extra_args"),
+    (FREE_MEMORY, "free-memory-at-startup", "vllm_flush_page_cache"),
+    (FREE_MEMORY, "free-memory-at-startup", "vllm_gpu_memory_utilization"),
+    (PROFILING, "memory-profiling", "vllm_flush_page_cache"),
+    (NO_KV_MEMORY, "no-kv-cache-memory", "vllm_gpu_memory_utilization"),
+    (MODEL_LEN, "max-model-len-above-model", "vllm_max_model_len"),
+    (SIGBUS, "shm", "vllm_shm_size"),
+    (SIGBUS_DP, "shm", "vllm_shm_size"),
+    (UNKNOWN_FLAG, "invalid-arguments", "vllm_extra_args"),
+    (TOOL_PARSER, "invalid-tool-call-parser", "vllm_tool_call_parser"),
+    (TOOL_PARSER_UNREGISTERED, "invalid-tool-call-parser", "vllm_tool_call_parser"),
+    (REASONING_PARSER, "invalid-reasoning-parser", "vllm_reasoning_parser"),
+    (AUTO_TOOL, "auto-tool-choice-without-parser", "vllm_tool_call_parser"),
+    (AUTO_TOOL_REQUEST, "auto-tool-choice-without-parser", "vllm_enable_auto_tool_choice"),
+    (QUANTIZATION, "unknown-quantization", "vllm_quantization"),
 ])
 def test_each_known_failure_is_diagnosed_first_and_names_its_variable(log: str, key: str, variable: str):
     found = diagnose(log)
@@ -153,7 +256,10 @@ def test_each_known_failure_is_diagnosed_first_and_names_its_variable(log: str, 
 
 def test_every_known_failure_has_a_test_excerpt():
     tested = {"oom", "mamba-block-size", "unsupported-architecture", "nvfp4-illegal-instruction",
-              "kv-cache-too-small", "shm", "port-in-use", "model-files-missing", "invalid-arguments"}
+              "kv-cache-too-small", "shm", "port-in-use", "model-files-missing", "invalid-arguments",
+              "free-memory-at-startup", "memory-profiling", "no-kv-cache-memory", "max-model-len-above-model",
+              "invalid-tool-call-parser", "invalid-reasoning-parser", "auto-tool-choice-without-parser",
+              "unknown-quantization"}
     assert {f.key for f in KNOWN_FAILURES} == tested
 
 
@@ -188,3 +294,51 @@ def test_summary_has_diagnosis_and_tail():
 
 def test_summary_without_match_says_so():
     assert "no known failure matched" in summarize(HEALTHY, ["x"])
+
+
+@pytest.mark.parametrize("log", [FREE_MEMORY, PROFILING, NO_KV_MEMORY, MODEL_LEN, SIGBUS, UNKNOWN_FLAG, TOOL_PARSER,
+                                 REASONING_PARSER, AUTO_TOOL, QUANTIZATION])
+def test_each_real_message_gets_exactly_one_diagnosis(log: str):
+    # One cause, one advice: a real message must not also trip a neighbouring pattern.
+    assert len(diagnose(log)) == 1, [f["key"] for f in diagnose(log)]
+
+
+def test_sigbus_exit_code_alone_is_diagnosed_as_shm():
+    # vLLM never prints "Bus error": when the log shows nothing, exit code 135 (128 + SIGBUS) is the evidence.
+    found = diagnose(["(APIServer pid=1) INFO 11-30 05:12:01 [api_server.py:1951] vLLM API server version 0.19.1"],
+                     exit_code=135)
+    assert [f["key"] for f in found] == ["shm"]
+    assert found[0]["evidence"] == "container exit code 135 (killed by SIGBUS)"
+    assert "vllm_shm_size" in found[0]["message"]
+
+
+def test_other_exit_codes_are_not_shm():
+    assert diagnose("", exit_code=1) == []
+    assert diagnose("", exit_code=137) == []
+
+
+def test_a_log_match_is_preferred_over_the_exit_code_as_evidence():
+    found = diagnose(SIGBUS, exit_code=135)
+    assert [f["key"] for f in found] == ["shm"]
+    assert "Failed core proc(s)" in found[0]["evidence"]
+
+
+def test_summary_carries_the_exit_code_evidence():
+    text = summarize([], ["last line"], exit_code=135)
+    assert "Shared memory (/dev/shm) too small (evidence: container exit code 135 (killed by SIGBUS))" in text
+
+
+def test_unknown_value_of_a_known_flag_is_an_argument_error_too():
+    # Values are checked by the `serve` subparser, so its prog is "vllm serve".
+    log = "vllm serve: error: argument --max-model-len: invalid human_readable_int_or_auto value: '1.5K'"
+    assert diagnose(log)[0]["key"] == "invalid-arguments"
+
+
+def test_no_advice_names_a_variable_the_role_does_not_have():
+    # The role's variables are the keys of its argument spec (roles/vllm/meta/argument_specs.yml).
+    spec = Path(__file__).resolve().parents[4] / "roles" / "vllm" / "meta" / "argument_specs.yml"
+    options = set(re.findall(r"^      (vllm_\w+):", spec.read_text(encoding="utf-8"), re.MULTILINE))
+    assert options, "no vllm_* option found in the argument spec"
+    for failure in KNOWN_FAILURES:
+        named = set(failure.variables) | set(re.findall(r"\bvllm_[a-z_]+", failure.advice))
+        assert named <= options, (failure.key, named - options)

@@ -1,0 +1,89 @@
+"""site.yml on pf-gb10, a box the preflight passes: a vllm_* setting the vllm role refuses, or
+missing weights, stop the host in site.yml's first play (the checks) and nothing on it changes;
+playbooks/check.yml passes once the weights are there and changes nothing either."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from preflight_helpers import snapshot_now
+
+testinfra_hosts = ["ansible://pf-gb10"]
+
+PROJECT = Path(__file__).resolve().parents[3]
+MODEL_DIR = "/srv/models/Qwen3.5-35B-A3B-FP8"
+# config.json as the model ships it, reduced to what the checks read (vLLM reads more).
+CONFIG = '{"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe"}'
+# What the roles after the checks would do first: none of it may appear in the output.
+LATER_TASKS = ("TASK [sparkfleet.serving.docker", "TASK [sparkfleet.serving.nvidia_runtime",
+               "TASK [sparkfleet.serving.watchdog", "TASK [sparkfleet.serving.vllm : Stage")
+
+
+def run(playbook: str, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(PROJECT / ".ansible" / "collections"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(PROJECT / playbook),
+           "--limit", "pf-gb10", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
+
+
+def recap(out: str) -> dict[str, int]:
+    tail = out.rsplit("PLAY RECAP", maxsplit=1)[-1]
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", tail)}
+
+
+def assert_stopped_in_the_check_play(result: subprocess.CompletedProcess, reason: str) -> None:
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert reason in out, out[-3000:]
+    assert recap(out)["failed"] == 1, out[-3000:]
+    for task in LATER_TASKS:
+        assert task not in out, f"{task} ran after the checks failed"
+
+
+@pytest.fixture(scope="module")
+def no_weights(host):
+    assert not host.file(MODEL_DIR).exists, "the scenario's pf-gb10 has no weights"
+
+
+@pytest.fixture
+def weights(host):
+    """config.json where the vllm role looks for it; removed again (the snapshot tests compare /srv)."""
+    made_models = not host.file("/srv/models").exists
+    host.run_expect([0], f"mkdir -p {MODEL_DIR} && printf '%s\\n' '{CONFIG}' > {MODEL_DIR}/config.json")
+    yield
+    host.run_expect([0], f"rm -rf {'/srv/models' if made_models else MODEL_DIR}")
+
+
+@pytest.mark.usefixtures("no_weights")
+def test_site_without_weights_stops_in_the_check_play_and_changes_nothing(host):
+    before = snapshot_now(host)
+    result = run("site.yml")
+    assert_stopped_in_the_check_play(result, f"{MODEL_DIR}/config.json does not exist on pf-gb10")
+    # Ansible folds long messages: compare with the line breaks taken out.
+    assert "hf download Qwen/Qwen3.5-35B-A3B-FP8" in " ".join(result.stdout.split())
+    assert snapshot_now(host) == before
+
+
+@pytest.mark.usefixtures("weights")
+def test_site_with_a_bad_vllm_setting_stops_in_the_check_play_and_changes_nothing(host):
+    before = snapshot_now(host)
+    result = run("site.yml", "-e", "vllm_gpu_memory_utilization=0.97")
+    assert_stopped_in_the_check_play(result, "gpu_memory_utilization 0.97 is above 0.95 on unified memory")
+    assert snapshot_now(host) == before
+
+
+@pytest.mark.usefixtures("weights")
+def test_check_playbook_passes_with_weights_and_good_settings_and_changes_nothing(host):
+    # The same box and play with the default settings passes: what stopped the run above is
+    # the setting, and the checks alone change nothing.
+    before = snapshot_now(host)
+    result = run("playbooks/check.yml")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert recap(out)["changed"] == 0
+    assert snapshot_now(host) == before

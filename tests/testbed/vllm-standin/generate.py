@@ -1,0 +1,620 @@
+#!/usr/bin/env python
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Generate the vLLM stand-in's data (vllm_serve.json) from the pinned vLLM release's source.
+
+    python3 tests/testbed/vllm-standin/generate.py                  # vLLM 0.19.1 from PyPI
+    python3 tests/testbed/vllm-standin/generate.py --version 0.20.0 # when the image pin moves
+    python3 tests/testbed/vllm-standin/generate.py --sdist vllm-0.19.1.tar.gz --check
+
+Why run vLLM's own parser rather than read it: `vllm serve`'s options are built at run time
+from the config dataclasses' type hints (vllm/engine/arg_utils.py `_compute_kwargs`), so no
+static reading gives the real table. The sdist's pure-Python modules are imported with the
+heavy native packages (torch, transformers, ...) replaced by inert stubs; nothing of vLLM is
+installed or copied into this repository, only the table and outcomes it produces. The sdist is
+fetched through PyPI's simple API (JSON form, sha256-checked): `pip download --no-binary :all:
+vllm==X` would also try to build vLLM's metadata, which needs torch and CUDA.
+
+What lands in vllm_serve.json:
+* every `vllm serve` option: option strings, dest, action, nargs, value type, choices, default;
+* the registered tool-call parsers, reasoning parsers, quantization methods and load formats,
+  which have no argparse choices (an unknown name fails at start-up, not in argparse);
+* vLLM's failure messages as format strings, each with its upstream file:line, checked
+  against the source text (the literal parts must equal the f-string's literal parts);
+* the outcome of every command line in CASES under the real parser (the tests' expectations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import io
+import json
+import re
+import sys
+import tarfile
+import tempfile
+import types
+import typing
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+OUTPUT = HERE / "vllm_serve.json"
+DEFAULT_VERSION = "0.19.1"
+SIMPLE_INDEX = "https://pypi.org/simple/vllm/"
+
+# Native or heavy packages the parser's import chain touches but never needs for parsing.
+STUBBED_PACKAGES = {
+    "torch", "transformers", "msgspec", "triton", "pynvml", "numba", "xgrammar", "tokenizers",
+    "safetensors", "einops", "gguf", "cbor2", "zmq", "blake3", "openai_harmony", "tiktoken",
+    "sentencepiece", "mistral_common", "prometheus_client", "psutil", "cloudpickle", "huggingface_hub",
+    "cachetools", "PIL", "uvloop", "aiohttp", "partial_json_parser", "pybase64", "soundfile", "cv2",
+    "llguidance", "compressed_tensors", "depyf", "flashinfer", "ray", "torchvision", "torchaudio",
+}
+
+# Failure messages the stand-in prints, as vLLM formats them: name -> (file, anchor, template).
+# The anchor is a literal from the message; the template's literal parts must equal those of
+# the f-string at that place (checked by `quote`), so a changed upstream text fails generation.
+MESSAGES = {
+    "unknown-tool-call-parser": (
+        "vllm/entrypoints/openai/api_server.py", "invalid tool call parser: ",
+        "invalid tool call parser: {name} (chose from {{ {choices} }})"),
+    "unknown-reasoning-parser": (
+        "vllm/entrypoints/openai/api_server.py", "invalid reasoning parser: ",
+        "invalid reasoning parser: {name} (chose from {{ {choices} }})"),
+    "reasoning-parser-not-found": (
+        "vllm/reasoning/abs_reasoning_parsers.py", "Reasoning parser '",
+        "Reasoning parser '{name}' not found. Available parsers: {registered}"),
+    "auto-tool-choice-without-parser": (
+        "vllm/entrypoints/openai/cli_args.py", "Error: --enable-auto-tool-choice requires",
+        "Error: --enable-auto-tool-choice requires --tool-call-parser"),
+    "log-outputs-without-log-requests": (
+        "vllm/entrypoints/openai/cli_args.py", "Error: --enable-log-outputs requires",
+        "Error: --enable-log-outputs requires --enable-log-requests"),
+    "model-not-first": (
+        "vllm/utils/argparse_utils.py", "`model` should be provided as the first",
+        "`model` should be provided as the first positional argument when using `vllm serve`. "
+        "i.e. `vllm serve <model> --<arg> <value>`."),
+    "unknown-quantization": (
+        "vllm/config/model.py", "Unknown quantization method: ",
+        "Unknown quantization method: {name}. Must be one of {choices}."),
+    "unknown-load-format": (
+        "vllm/model_executor/model_loader/__init__.py", "Load format `",
+        "Load format `{name}` is not supported"),
+    "free-memory-on-startup": (
+        "vllm/v1/worker/utils.py", "is less than desired GPU memory utilization",
+        "Free memory on device {device} ({free}/{total} GiB) on startup is less than desired GPU memory "
+        "utilization ({utilization}, {requested} GiB). Decrease GPU memory utilization or reduce GPU memory "
+        "used by other processes."),
+    "memory-profiling": (
+        "vllm/v1/worker/gpu_worker.py", "Error in memory profiling. ",
+        "Error in memory profiling. Initial free memory {initial} GiB, current free memory {current} GiB. "
+        "This happens when other processes sharing the same container release GPU memory while vLLM is "
+        "profiling during initialization. To fix this, ensure consistent GPU memory allocation or isolate "
+        "vLLM in its own container."),
+    "no-kv-cache-memory": (
+        "vllm/v1/core/kv_cache_utils.py", "No available memory for the cache blocks. ",
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing "
+        "the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."),
+    "kv-cache-too-small": (
+        "vllm/v1/core/kv_cache_utils.py", "To serve at least one request with the models's max seq len ",
+        "To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV "
+        "cache is needed, which is larger than the available KV cache memory ({available} GiB). {estimated}"
+        "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine. "
+        "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."),
+    "kv-cache-estimate": (
+        "vllm/v1/core/kv_cache_utils.py", "Based on the available memory, ",
+        "Based on the available memory, the estimated maximum model length is {estimated_max_len}. "),
+    "max-model-len-above-derived": (
+        "vllm/config/model.py", "User-specified max_model_len (",
+        "User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len "
+        "({max_len_key}={derived} or model_max_length={model_max_length} in model's config.json)."),
+    "max-model-len-override": (
+        "vllm/config/model.py", " To allow overriding this maximum, set ",
+        "{msg} To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. {warning}"),
+    "max-model-len-warning": (
+        "vllm/config/model.py", "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution",
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative position "
+        "encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model uses absolute "
+        "position encoding, positions exceeding derived_max_model_len will cause a CUDA array out-of-bounds "
+        "error."),
+    "mamba-align-block-size": (
+        "vllm/config/vllm.py", "In Mamba cache align mode, block_size ",
+        "In Mamba cache align mode, block_size ({block_size}) must be <= max_num_batched_tokens "
+        "({max_num_batched_tokens})."),
+    "engine-core-failed": (
+        "vllm/v1/engine/utils.py", "Engine core initialization failed. ",
+        "Engine core initialization failed. See root cause above. Failed core proc(s): {finished}"),
+}
+
+# Command lines checked against the real parser; the model is the first word unless a case
+# is about its position. Grouped by what they exercise; the tests run every one.
+MODEL = "/model"
+CASES: list[list[str]] = [
+    # accepted: the role's own argument list and common spellings
+    [MODEL],
+    [MODEL, "--served-model-name", "qwen3.5-35b", "--host", "0.0.0.0", "--port", "8000", "--dtype", "auto",
+     "--max-model-len", "16384", "--gpu-memory-utilization", "0.75", "--max-num-seqs", "16",
+     "--max-num-batched-tokens", "16384", "--enforce-eager", "--enable-prefix-caching", "--reasoning-parser",
+     "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder", "--limit-mm-per-prompt",
+     '{"image":0,"video":0}'],
+    [MODEL, "--max_model_len", "16384"],
+    [MODEL, "--max-model-len=16k"],
+    [MODEL, "--max-model-len", "16K"],
+    [MODEL, "--max-model-len", "1.5k"],
+    [MODEL, "--max-model-len", "auto"],
+    [MODEL, "--max-model-len", "-1"],
+    [MODEL, "--max-model-len", "1t"],
+    [MODEL, "--max-model-len", "AUTO"],
+    [MODEL, "--max-num-batched-tokens", "8k"],
+    [MODEL, "--no-enable-prefix-caching"],
+    [MODEL, "--no-enforce-eager"],
+    [MODEL, "--enable-chunked-prefill", "--no-async-scheduling"],
+    [MODEL, "-cc", '{"mode": 3}'],
+    [MODEL, "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}'],
+    [MODEL, "-cc.mode", "3"],
+    [MODEL, "-O3"],
+    [MODEL, "-O", "2"],
+    [MODEL, "-O0"],
+    [MODEL, "--optimization-level", "1"],
+    [MODEL, "--limit-mm-per-prompt.image", "0"],
+    [MODEL, "--limit-mm-per-prompt.image", "0", "--limit-mm-per-prompt.video", "0"],
+    [MODEL, "--skip-mm-profiling"],
+    [MODEL, "--mamba-cache-mode", "align"],
+    [MODEL, "--default-chat-template-kwargs", '{"enable_thinking": false}'],
+    [MODEL, "--quantization", "fp8"],
+    [MODEL, "--quantization", "mxfp8"],
+    [MODEL, "-q", "modelopt_fp4"],
+    [MODEL, "--load-format", "instanttensor"],
+    [MODEL, "--load-format", "safetensors"],
+    [MODEL, "--kv-cache-dtype", "fp8"],
+    [MODEL, "--kv-cache-dtype", "fp8_e4m3"],
+    [MODEL, "--reasoning-parser", "deepseek_r1"],
+    [MODEL, "--reasoning-parser", "qwen3"],
+    [MODEL, "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+    [MODEL, "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml"],
+    [MODEL, "--tool-call-parser", "no_such_parser"],
+    [MODEL, "--api-key", "a", "b"],
+    [MODEL, "-tp", "1", "-pp", "1"],
+    [MODEL, "--trust-remote-code", "--seed", "0"],
+    ["--model", MODEL, "--port", "8001"],
+    ["--model=" + MODEL],
+    [MODEL, "--served-model-name", "a", "b"],
+    [MODEL, "--uvicorn-log-level", "debug"],
+    [MODEL, "--generation-config", "vllm"],
+    [MODEL, "--block-size", "32"],
+    [MODEL, "--reasoning-parser", "openai_gptoss"],
+    [MODEL, "--reasoning-parser", "nemotron_v3"],
+    [MODEL, "--enable-auto-tool-choice", "--tool-call-parser", "glm47"],
+    [MODEL, "--enable-auto-tool-choice", "--tool-call-parser", "openai"],
+    [MODEL, "-cc.cudagraph_mode", "PIECEWISE"],
+    [MODEL, "--limit-mm-per-prompt", '{"image": 0}'],
+    [MODEL, "--kv-cache-dtype", "fp8_e5m2", "--block-size", "16"],
+    [MODEL, "--max-num-batched-tokens", "2048", "--max-num-seqs", "4"],
+    [MODEL, "--load-format", "runai_streamer_sharded"],
+    [MODEL, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'],
+    [MODEL, "--chat-template-content-format", "openai"],
+    [MODEL, "--enable-log-requests", "--enable-log-outputs"],
+    # refused by argparse (exit 2)
+    [MODEL, "--swap-space", "4"],
+    [MODEL, "-O", '{"level": 3}'],
+    [MODEL, "--max-model-len", "16384.0"],
+    [MODEL, "--max-model-len", "1.5K"],
+    [MODEL, "--max-model-len", "sixteen"],
+    [MODEL, "--gpu-memory-utilisation", "0.7"],
+    [MODEL, "--gpu-memory-utilization", "most"],
+    [MODEL, "--max-num-seqs", "16.5"],
+    [MODEL, "--dtype", "fp7"],
+    [MODEL, "--kv-cache-dtype", "int4"],
+    [MODEL, "--port", "http"],
+    [MODEL, "--limit-mm-per-prompt", "{image:0}"],
+    [MODEL, "--disable-log-requests"],
+    [MODEL, "--enable-prefix-caching=yes"],
+    [MODEL, "--uvicorn-log-level", "loud"],
+    [MODEL, "--mamba-cache-mode", "fast"],
+    [MODEL, "extra-positional"],
+    [MODEL, "--compilation-config", "{mode: 3}"],
+    [MODEL, "--compilation-config", '{"no_such_field": 1}'],
+    [MODEL, "--max-num-batched-tokens", "2.5K"],
+    [MODEL, "--port", "99999999999999999999x"],
+    [MODEL, "--chat-template-content-format", "html"],
+    [MODEL, "--tensor-parallel-size", "two"],
+    # refused before argparse ends (ValueError in FlexibleArgumentParser.parse_args, exit 1)
+    ["--served-model-name", "x", MODEL],
+    # refused by validate_parsed_serve_args (TypeError, exit 1)
+    [MODEL, "--enable-auto-tool-choice"],
+    [MODEL, "--enable-log-outputs"],
+    # refused at start-up (no argparse choices for these names)
+    [MODEL, "--reasoning-parser", "gpt_oss"],
+    [MODEL, "--reasoning-parser", "qwen4"],
+    [MODEL, "--structured-outputs-config", '{"reasoning_parser": "qwen4"}'],
+    [MODEL, "--structured-outputs-config.reasoning_parser", "gpt_oss"],
+    [MODEL, "--enable-auto-tool-choice", "--tool-call-parser", "qwen4"],
+    [MODEL, "--quantization", "nvfp8"],
+    [MODEL, "--load-format", "tensorstore"],
+]
+
+
+# --- fetching and importing the release ------------------------------------------------------
+
+def fetch_sdist(version: str, dest: Path) -> Path:
+    """The release's source tarball from PyPI's simple API (JSON form), checked by sha256."""
+    request = urllib.request.Request(SIMPLE_INDEX, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    name = f"vllm-{version}.tar.gz"
+    entry = next((f for f in files if f["filename"] == name), None)
+    if entry is None:
+        raise SystemExit(f"PyPI lists no {name}; is {version} a vLLM release?")
+    target = dest / name
+    with urllib.request.urlopen(entry["url"], timeout=600) as response:
+        target.write_bytes(response.read())
+    if hashlib.sha256(target.read_bytes()).hexdigest() != entry["hashes"]["sha256"]:
+        raise SystemExit(f"{name}: sha256 differs from PyPI's")
+    return target
+
+
+def unpack(sdist: Path, dest: Path) -> Path:
+    with tarfile.open(sdist) as tar:
+        tar.extractall(dest, filter="data")
+    roots = [p for p in dest.iterdir() if (p / "vllm" / "__init__.py").is_file()]
+    if len(roots) != 1:
+        raise SystemExit(f"{sdist}: no single vllm-X/vllm package inside")
+    return roots[0]
+
+
+class _StubMeta(type):
+    """A stub class: any attribute is another stub, it calls, subscripts and subclasses."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _stub(f"{cls.__name__}.{name}")
+
+    def __getitem__(cls, _item: Any) -> Any:
+        return cls
+
+    def __or__(cls, _other: Any) -> Any:
+        return cls
+
+    def __ror__(cls, _other: Any) -> Any:
+        return cls
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Used as a decorator (`@torch.compile`): give the function back.
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]
+        return type.__call__(cls)
+
+
+def stub_attribute(_self: Any, name: str) -> Any:
+    return _stub(name)()
+
+
+def _stub(name: str) -> type:
+    def absorb(self: Any, *_args: Any, **_kwargs: Any) -> Any:
+        return self
+
+    def any_schema(_cls: Any, _source: Any, _handler: Any) -> Any:
+        # pydantic builds schemas for vLLM's config dataclasses: a stub type accepts anything.
+        from pydantic_core import core_schema  # noqa: PLC0415 - only present where vLLM is imported
+        return core_schema.any_schema()
+
+    namespace = {
+        "__module__": "stub", "__getattr__": stub_attribute,
+        "__call__": lambda self, *a, **k: a[0] if len(a) == 1 and callable(a[0]) and not k else self,
+        "__getitem__": absorb, "__iter__": lambda self: iter(()), "__len__": lambda self: 0,
+        "__bool__": lambda self: False, "__radd__": lambda self, other: other, "__add__": absorb,
+        "__mul__": absorb, "__rmul__": absorb, "__or__": absorb, "__ror__": absorb,
+        "__int__": lambda self: 0, "__index__": lambda self: 0, "__float__": lambda self: 0.0,
+        "__enter__": absorb, "__exit__": lambda self, *a: False,
+        "__lt__": lambda s, o: False, "__gt__": lambda s, o: False, "__le__": lambda s, o: False,
+        "__ge__": lambda s, o: False, "__hash__": object.__hash__, "__eq__": lambda s, o: s is o,
+        "__str__": lambda s: name, "__repr__": lambda s: name,
+        "__init_subclass__": classmethod(lambda cls, **k: None),
+        "__get_pydantic_core_schema__": classmethod(any_schema),
+    }
+    return _StubMeta(name, (), namespace)
+
+
+class _StubModule(types.ModuleType):
+    __path__: typing.ClassVar[list[str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = _stub(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Stubs the packages in STUBBED_PACKAGES and vLLM's compiled extensions (vllm._C...)."""
+
+    def __init__(self, source: Path) -> None:
+        self.source = source
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        top = fullname.split(".", 1)[0]
+        if top == "vllm":
+            rel = self.source.joinpath(*fullname.split("."))
+            if rel.with_suffix(".py").exists() or rel.is_dir():
+                return None
+        elif top not in STUBBED_PACKAGES:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: Any) -> Any:
+        return _StubModule(spec.name)
+
+    def exec_module(self, module: Any) -> None:
+        module.__path__ = []
+
+
+def import_vllm(source: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(source))
+    sys.meta_path.insert(0, _StubFinder(source))
+    real_version = importlib.metadata.version
+
+    def version(name: str) -> str:
+        try:
+            return real_version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "2.10.0"  # stubbed torch & co.: any recent release number
+
+    importlib.metadata.version = version
+    # vLLM's modules can only be imported once the stubs and the source path are in place.
+    from vllm import platforms  # noqa: PLC0415
+    # The platform decides some defaults; the image this stand-in replaces runs on CUDA.
+    platforms.resolve_current_platform_cls_qualname = lambda: "vllm.platforms.cuda.CudaPlatform"
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args  # noqa: PLC0415
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS  # noqa: PLC0415
+    from vllm.reasoning import ReasoningParserManager  # noqa: PLC0415
+    from vllm.tool_parsers import ToolParserManager  # noqa: PLC0415
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: PLC0415
+    return {
+        "make_arg_parser": make_arg_parser, "validate": validate_parsed_serve_args,
+        "parser_cls": FlexibleArgumentParser, "quantization": list(QUANTIZATION_METHODS),
+        "tool_call_parsers": ToolParserManager.list_registered(),
+        "reasoning_parsers": ReasoningParserManager.list_registered(),
+    }
+
+
+def build_parser(vllm: dict[str, Any]) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """`vllm` with its `serve` subcommand, as vllm/entrypoints/cli/main.py and serve.py build them
+    (serve.py's module imports the whole server, so its subparser_init is followed here)."""
+    top = vllm["parser_cls"](prog="vllm", description="vLLM CLI")
+    subparsers = top.add_subparsers(required=False, dest="subparser")
+    serve = subparsers.add_parser("serve", usage="vllm serve [model_tag] [options]")
+    serve = vllm["make_arg_parser"](serve)
+    serve.add_argument("--grpc", action="store_true", default=False)
+    return top, serve
+
+
+# --- the table --------------------------------------------------------------------------------
+
+def type_name(func: Any) -> str | None:
+    """A name the stand-in maps to its own converter, from the converter vLLM attaches."""
+    if func is None:
+        return None
+    qual = getattr(func, "__qualname__", type(func).__name__)
+    inner = [c.cell_contents for c in (getattr(func, "__closure__", None) or ())]
+    if qual.startswith("optional_type."):
+        return "optional:" + (type_name(inner[0]) or "str")
+    if qual.startswith("parse_type."):
+        return "parse:" + (type_name(inner[0]) or "str")
+    if qual.endswith("parse_dataclass"):
+        cls = func.__defaults__[0]
+        return "dataclass:" + cls.__name__
+    if qual == "EngineArgs.add_cli_args.<locals>.<lambda>":
+        return "lower_underscore"  # `s.lower().replace("-", "_")` (arg_utils.py, --moe-backend)
+    names = {"int": "int", "float": "float", "str": "str", "loads": "json", "human_readable_int": "human_int",
+             "human_readable_int_or_auto": "human_int_or_auto", "union_dict_and_str": "json_or_str"}
+    if qual not in names:
+        raise SystemExit(f"unknown argparse type {qual}: teach the stand-in and this table about it")
+    return names[qual]
+
+
+def jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return None
+    return value
+
+
+def choices_of(action: argparse.Action) -> list[Any] | None:
+    if not action.choices:
+        return None
+    choices = list(action.choices)
+    return choices if jsonable(choices) is not None else [str(c) for c in choices]
+
+
+def action_row(action: argparse.Action) -> dict[str, Any]:
+    kinds = {"_StoreAction": "store", "_StoreTrueAction": "store_true", "BooleanOptionalAction": "boolean",
+             "_AppendAction": "append", "_HelpAction": "help", "LoRAParserAction": "store"}
+    kind = kinds.get(type(action).__name__)
+    if kind is None:
+        raise SystemExit(f"unknown argparse action {type(action).__name__} for {action.option_strings}")
+    row = {"options": list(action.option_strings), "dest": action.dest, "action": kind, "nargs": action.nargs,
+           "type": type_name(action.type), "choices": choices_of(action),
+           "default": jsonable(action.default), "metavar": action.metavar}
+    if kind == "boolean":
+        # BooleanOptionalAction adds the --no-* strings itself; keep the declared ones.
+        row["options"] = [o for o in action.option_strings if not o.startswith("--no-")]
+    return row
+
+
+def dataclass_fields(serve: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Field names of the config dataclasses a JSON option is validated against."""
+    out = {}
+    for action in serve._actions:
+        func = action.type
+        inner = [c.cell_contents for c in (getattr(func, "__closure__", None) or ())]
+        func = inner[0] if inner and getattr(func, "__qualname__", "").startswith("optional_type.") else func
+        if getattr(func, "__qualname__", "").endswith("parse_dataclass"):
+            cls = func.__defaults__[0]
+            out[cls.__name__] = sorted(f.name for f in __import__("dataclasses").fields(cls))
+    return out
+
+
+def load_formats(source: Path) -> list[str]:
+    """Keys of _LOAD_FORMAT_TO_MODEL_LOADER (the module itself imports the model code)."""
+    tree = ast.parse((source / "vllm/model_executor/model_loader/__init__.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "_LOAD_FORMAT_TO_MODEL_LOADER":
+            return [k.value for k in node.value.keys]
+    raise SystemExit("_LOAD_FORMAT_TO_MODEL_LOADER not found")
+
+
+# --- messages quoted from the source ------------------------------------------------------------
+
+def literal_shape(node: ast.AST) -> str:
+    """The text a message expression makes, with each interpolation as {}."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.replace("{", "{{").replace("}", "}}")
+    if isinstance(node, ast.JoinedStr):
+        return "".join(literal_shape(v) if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    if isinstance(node, ast.BinOp):
+        return literal_shape(node.left) + literal_shape(node.right)
+    return "{}"
+
+
+def quote(source: Path, rel: str, anchor: str, template: str) -> dict[str, Any]:
+    text = (source / rel).read_text()
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.JoinedStr, ast.Constant)) and anchor in literal_shape(node).replace("{{", "{"):
+            shape = literal_shape(node)
+            wanted = re.sub(r"(?<!\{)\{[a-z_]+\}(?!\})", "{}", template)
+            if shape != wanted:
+                raise SystemExit(f"{rel}:{node.lineno}: upstream text changed:\n  {shape}\n  {wanted}")
+            return {"file": rel, "line": node.lineno, "template": template}
+    # Messages split over several literals (implicit concatenation makes one node).
+    raise SystemExit(f"{rel}: no message containing {anchor!r}")
+
+
+# --- outcomes under the real parser ---------------------------------------------------------------
+
+def startup_error(args: argparse.Namespace, data: dict[str, Any]) -> tuple[str, str] | None:
+    """The checks vLLM makes on names that argparse lets through, in vLLM's order, as (stage,
+    error): "startup" before the engine process starts (api_server.py validate_api_server_args,
+    then ModelConfig's quantization check), "engine" in the engine process (the loader's
+    load format; the reasoning parser, looked up by StructuredOutputManager in
+    vllm/v1/engine/core.py after the KV cache is set up)."""
+    msgs = data["messages"]
+    tools = data["registries"]["tool_call_parsers"]
+    if args.enable_auto_tool_choice and args.tool_call_parser not in tools:
+        text = msgs["unknown-tool-call-parser"]["template"].format(name=args.tool_call_parser,
+                                                                   choices=",".join(tools))
+        return "startup", f"KeyError: {text!r}"
+    reasoning = data["registries"]["reasoning_parsers"]
+    # validate_api_server_args reads structured_outputs_config.reasoning_parser, which
+    # --reasoning-parser reaches only later (EngineArgs.create_engine_config).
+    early = args.structured_outputs_config.reasoning_parser
+    if early and early not in reasoning:
+        text = msgs["unknown-reasoning-parser"]["template"].format(name=early, choices=",".join(reasoning))
+        return "startup", f"KeyError: {text!r}"
+    quants = data["registries"]["quantization"]
+    if args.quantization is not None and args.quantization not in quants:
+        # Raised in ModelConfig.__post_init__: pydantic reports it as a ValidationError.
+        text = msgs["unknown-quantization"]["template"].format(name=args.quantization, choices=quants)
+        return "startup", PYDANTIC.format(cls="ModelConfig") + "\n  Value error, " + text
+    if args.load_format not in data["registries"]["load_formats"]:
+        return "engine", "ValueError: " + msgs["unknown-load-format"]["template"].format(name=args.load_format)
+    if args.reasoning_parser and args.reasoning_parser not in reasoning:
+        text = msgs["reasoning-parser-not-found"]["template"].format(name=args.reasoning_parser,
+                                                                     registered=", ".join(reasoning))
+        return "engine", f"KeyError: {text!r}"
+    return None
+
+
+PYDANTIC = "pydantic_core._pydantic_core.ValidationError: 1 validation error for {cls}"
+
+
+ERROR_LINE = re.compile(r"^vllm(?: serve)?: error: ")
+
+
+def normalise(line: str) -> str:
+    """Object addresses (`<function loads at 0x7f...>`) differ from run to run."""
+    return re.sub(r" at 0x[0-9a-f]+>", " at 0x...>", line)
+
+
+def outcome(vllm: dict[str, Any], data: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    top, _serve = build_parser(vllm)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            args = top.parse_args(["serve", *argv])
+    except SystemExit as exc:
+        lines = [line for line in err.getvalue().splitlines() if ERROR_LINE.match(line)]
+        return {"stage": "argparse", "exit": exc.code, "error": normalise(lines[0]) if lines else ""}
+    except ValueError as exc:
+        return {"stage": "cli", "exit": 1, "error": f"ValueError: {exc}"}
+    try:
+        vllm["validate"](args)
+    except TypeError as exc:
+        return {"stage": "validate", "exit": 1, "error": f"TypeError: {exc}"}
+    found = startup_error(args, data)
+    if found:
+        stage, error = found
+        first, _newline, detail = error.partition("\n")
+        return {"stage": stage, "exit": 1, "error": first, **({"detail": detail} if detail else {})}
+    return {"stage": "accepted", "exit": 0, "error": None}
+
+
+def generate(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
+    vllm = import_vllm(source)
+    _top, serve = build_parser(vllm)
+    data: dict[str, Any] = {
+        "generated_by": "tests/testbed/vllm-standin/generate.py",
+        "vllm_version": version,
+        "sdist_sha256": sdist_sha,
+        "usage": serve.usage,
+        "positionals": [action_row(a) for a in serve._actions if not a.option_strings],
+        "options": [action_row(a) for a in serve._actions if a.option_strings and a.dest != "help"],
+        "dataclass_fields": dataclass_fields(serve),
+        "registries": {
+            "tool_call_parsers": vllm["tool_call_parsers"],
+            "reasoning_parsers": vllm["reasoning_parsers"],
+            "quantization": vllm["quantization"],
+            "load_formats": load_formats(source),
+        },
+        "messages": {name: quote(source, *spec) for name, spec in MESSAGES.items()},
+    }
+    data["cases"] = [{"argv": argv, **outcome(vllm, data, argv)} for argv in CASES]
+    return data
+
+
+def main() -> int:
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    cli.add_argument("--version", default=DEFAULT_VERSION, help="vLLM release (default %(default)s)")
+    cli.add_argument("--sdist", type=Path, help="a downloaded vllm-X.tar.gz instead of fetching it")
+    cli.add_argument("--output", type=Path, default=OUTPUT)
+    cli.add_argument("--check", action="store_true", help="fail if the committed file differs")
+    opts = cli.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        sdist = opts.sdist or fetch_sdist(opts.version, Path(tmp))
+        version = re.sub(r"^vllm-|\.tar\.gz$", "", sdist.name)
+        sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
+        data = generate(unpack(sdist, Path(tmp)), sha, version)
+    text = json.dumps(data, indent=1, sort_keys=False) + "\n"
+    if opts.check:
+        same = opts.output.read_text(encoding="utf-8") == text
+        print(f"{opts.output}: {'up to date' if same else 'DIFFERS from the source'}")
+        return 0 if same else 1
+    opts.output.write_text(text, encoding="utf-8")
+    print(f"{opts.output}: {len(data['options'])} options, {len(data['cases'])} cases from vLLM {version}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
