@@ -1,0 +1,229 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Turn the firewall role's variables into the ufw rules and DOCKER-USER lines to apply.
+
+Runs on the controller (standard library only), reads one JSON document on stdin and
+prints one on stdout: either {"errors": [...]} (exit 1) or the plan. Nothing on the box
+changes before this has accepted the whole input, so a bad value is refused before any
+rule changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import re
+import sys
+from typing import Any
+
+MARKER = "sparkfleet.serving.firewall"
+PROTOCOLS = ("tcp", "udp", "any")
+RULES = ("allow", "deny", "reject", "limit")
+# Interfaces whose addresses only the box itself can use as a source: Docker's bridges
+# and their veth ends, libvirt's bridge, loopback.
+LOCAL_ONLY_DEVICES = re.compile(r"^(lo|docker\d*|br-[0-9a-f]+|veth.*|virbr\d*)$")
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_network(value: Any, what: str, errors: list[str]) -> Network | None:
+    """A CIDR (or a bare address, meaning that one host), host bits not set."""
+    text = str(value).strip()
+    try:
+        return ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        hint = ""
+        with contextlib.suppress(ValueError):
+            hint = f"; did you mean {ipaddress.ip_network(text, strict=False)}?"
+        errors.append(f"{what}: {text!r} is not a network in CIDR notation ({exc}){hint}")
+    return None
+
+
+def networks(values: Any, what: str, errors: list[str]) -> list[Network]:
+    parsed = [parse_network(value, what, errors) for value in values or []]
+    return [n for n in parsed if n is not None]
+
+
+def parse_port(value: Any, what: str, errors: list[str]) -> int | None:
+    try:
+        port = int(str(value).strip())
+    except ValueError:
+        port = -1
+    if 1 <= port <= 65535 and str(value).strip().isdigit():
+        return port
+    errors.append(f"{what}: {value!r} is not a port number (expected an integer from 1 to 65535)")
+    return None
+
+
+def parse_ports(value: Any, what: str, errors: list[str]) -> str | None:
+    """A port or a range 'low:high' as ufw writes it."""
+    text = str(value).strip()
+    if ":" in text:
+        low, high = text.split(":", maxsplit=1)
+        first, last = parse_port(low, what, errors), parse_port(high, what, errors)
+        if first is None or last is None:
+            return None
+        if first >= last:
+            errors.append(f"{what}: range {text!r} must go from a lower to a higher port")
+            return None
+        return f"{first}:{last}"
+    port = parse_port(text, what, errors)
+    return None if port is None else str(port)
+
+
+def rule(action: str, port: str, proto: str, source: Network | None, purpose: str) -> dict[str, str]:
+    """One ufw rule as community.general.ufw takes it; its comment names the role and says everything it does."""
+    origin = "any" if source is None else str(source)
+    return {
+        "rule": action,
+        "port": port,
+        "proto": proto,
+        "from": origin,
+        "comment": f"{MARKER}: {purpose} {action} {port}/{proto} from {origin}",
+    }
+
+
+def sshd_ports(output: str) -> list[int]:
+    """The `port N` lines of `sshd -T` (sshd prints one line per port)."""
+    return sorted({int(m.group(1)) for m in re.finditer(r"(?m)^port (\d+)\s*$", output)})
+
+
+def connection(env: str) -> tuple[str, int | None]:
+    """SSH_CONNECTION is 'client_ip client_port server_ip server_port' (ssh(1), ENVIRONMENT)."""
+    fields = env.split()
+    if len(fields) == 4 and fields[3].isdigit():
+        return fields[0], int(fields[3])
+    return "", None
+
+
+def ssh_plan(data: dict[str, Any], errors: list[str]) -> tuple[list[int], list[Network]]:
+    client, conn_port = connection(data.get("ssh_connection") or "")
+    configured = data.get("ssh_port") or 0
+    if configured:
+        port = parse_port(configured, "firewall_ssh_port", errors)
+        ports = [port] if port else []
+    else:
+        ports = sorted(set(sshd_ports(data.get("sshd_output") or "")) | ({conn_port} if conn_port else set()))
+    if not ports and not errors:
+        errors.append(
+            "Cannot establish the SSH rule, so ufw is NOT enabled (it would drop SSH): the connection "
+            f"({data.get('connection') or 'unknown'}) gives no SSH port (no SSH_CONNECTION on the box) and "
+            f"`{data.get('sshd_binary')} -T` gave none ({(data.get('sshd_error') or 'no port line').strip()}). "
+            "Set firewall_ssh_port to the port sshd listens on."
+        )
+    if conn_port and ports and conn_port not in ports:
+        errors.append(
+            f"This very connection arrives on port {conn_port}, which the SSH rule (port {ports}) would not allow: "
+            "enabling ufw would cut it. Set firewall_ssh_port to the port you connect to (or leave it 0 to detect it)."
+        )
+    sources = networks(data.get("ssh_sources"), "firewall_ssh_sources", errors)
+    controller = (data.get("controller_address") or client).strip()
+    if sources and controller:
+        try:
+            address = ipaddress.ip_address(controller)
+        except ValueError:
+            errors.append(f"firewall_controller_address: {controller!r} is not an IP address")
+        else:
+            if not any(address.version == n.version and address in n for n in sources):
+                errors.append(
+                    f"firewall_ssh_sources {[str(n) for n in sources]} does not include the controller's own address "
+                    f"{address} (seen by the box): the next SSH connection would be refused. Add it (or a network "
+                    "containing it) to firewall_ssh_sources, or leave the list empty to allow SSH from anywhere."
+                )
+    return ports, sources
+
+
+def fleet_addresses(data: dict[str, Any]) -> list[Network]:
+    """Addresses of the other fleet hosts, from their facts (ansible_host when they have none)."""
+    found: set[Network] = set()
+    for host, facts in sorted((data.get("fleet") or {}).items()):
+        if host == data.get("self"):
+            continue
+        addresses: list[str] = []
+        for device in facts.get("interfaces") or []:
+            if LOCAL_ONLY_DEVICES.match(device.get("device", "")):
+                continue
+            addresses += device.get("addresses") or []
+        if not addresses and facts.get("ansible_host"):
+            addresses = [facts["ansible_host"]]
+        for text in addresses:
+            try:
+                address = ipaddress.ip_address(str(text).split("%", maxsplit=1)[0])
+            except ValueError:
+                continue  # a DNS name in ansible_host: only facts give its addresses
+            if address.is_loopback or address.is_link_local:
+                continue
+            found.add(ipaddress.ip_network(address))
+    return sorted(found, key=lambda n: (n.version, n))
+
+
+def docker_user_lines(sources: list[Network], version: int) -> list[str]:
+    """DOCKER-USER in ufw's after(6).rules: connections Docker DNATs to a published port pass only from the sources.
+
+    Docker sends published-port traffic through FORWARD (DNAT in PREROUTING), where ufw's
+    INPUT rules never see it; Docker leaves DOCKER-USER to the administrator
+    (https://docs.docker.com/engine/network/packet-filtering-firewalls/).
+    """
+    lines = [
+        ":DOCKER-USER - [0:0]",
+        "-A DOCKER-USER -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+    ]
+    lines += [f"-A DOCKER-USER -s {n} -m conntrack --ctstate DNAT -j RETURN" for n in sources if n.version == version]
+    lines += [
+        "-A DOCKER-USER -m conntrack --ctstate DNAT -j DROP",
+        "-A DOCKER-USER -j RETURN",
+    ]
+    return lines
+
+
+def plan(data: dict[str, Any]) -> dict[str, Any]:
+    errors: list[str] = []
+    ssh_ports, ssh_sources = ssh_plan(data, errors)
+    api_port = parse_port(data.get("api_port"), "firewall_api_port", errors)
+    api_sources = networks(data.get("api_sources"), "firewall_api_sources", errors)
+    fleet_ports = [(parse_ports(p.get("port"), "firewall_fleet_ports", errors), p.get("proto", "tcp"))
+                   for p in data.get("fleet_ports") or []]
+    for proto in sorted({item[1] for item in fleet_ports}):
+        if proto not in PROTOCOLS:
+            errors.append(f"firewall_fleet_ports: proto {proto!r} is not one of {', '.join(PROTOCOLS)}")
+    extra = []
+    for index, item in enumerate(data.get("extra_rules") or []):
+        what = f"firewall_extra_rules[{index}]"
+        action, proto = item.get("rule", "allow"), item.get("proto", "tcp")
+        if action not in RULES:
+            errors.append(f"{what}: rule {action!r} is not one of {', '.join(RULES)}")
+        if proto not in PROTOCOLS:
+            errors.append(f"{what}: proto {proto!r} is not one of {', '.join(PROTOCOLS)}")
+        port = parse_ports(item.get("port"), f"{what}.port", errors)
+        origin = item.get("from", "any")
+        source = None if str(origin) == "any" else parse_network(origin, f"{what}.from", errors)
+        extra.append((action, port, proto, source))
+    if errors:
+        return {"errors": errors}
+
+    limit = "limit" if data.get("ssh_limit") else "allow"
+    fleet = fleet_addresses(data)
+    rules = [rule(limit, str(p), "tcp", s, "ssh") for p in ssh_ports for s in (ssh_sources or [None])]
+    rules += [rule("allow", str(api_port), "tcp", s, "api") for s in api_sources]
+    fleet_services = [(str(api_port), "tcp")] + [(str(p), "tcp") for p in ssh_ports if ssh_sources] + fleet_ports
+    rules += [rule("allow", p, proto, s, "fleet") for s in fleet for p, proto in fleet_services]
+    rules += [rule(action, port, proto, source, "extra") for action, port, proto, source in extra]
+    unique = list({r["comment"]: r for r in rules}.values())
+    return {
+        "ssh_ports": ssh_ports,
+        "rules": unique,
+        "fleet": [str(n) for n in fleet],
+        "docker_user_v4": docker_user_lines(api_sources + fleet, 4),
+        "docker_user_v6": docker_user_lines(api_sources + fleet, 6),
+    }
+
+
+def main() -> int:
+    result = plan(json.load(sys.stdin))
+    json.dump(result, sys.stdout)
+    return 1 if result.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
