@@ -19,7 +19,8 @@ MODEL_DIR = "/srv/models/Qwen3.5-35B-A3B-FP8"
 # config.json as the model ships it, reduced to what the checks read (vLLM reads more).
 CONFIG = '{"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe"}'
 # What the roles after the checks would do first: none of it may appear in the output.
-LATER_TASKS = ("TASK [sparkfleet.serving.docker", "TASK [sparkfleet.serving.nvidia_runtime",
+LATER_TASKS = ("TASK [sparkfleet.serving.docker", "TASK [sparkfleet.serving.firewall",
+               "TASK [sparkfleet.serving.nvidia_runtime",
                "TASK [sparkfleet.serving.watchdog", "TASK [sparkfleet.serving.vllm : Stage")
 
 
@@ -64,8 +65,8 @@ def test_site_without_weights_stops_in_the_check_play_and_changes_nothing(host):
     before = snapshot_now(host)
     result = run("site.yml")
     assert_stopped_in_the_check_play(result, f"{MODEL_DIR}/config.json does not exist on pf-gb10")
-    # Ansible folds long messages: compare with the line breaks taken out.
-    assert "hf download Qwen/Qwen3.5-35B-A3B-FP8" in " ".join(result.stdout.split())
+    # A failed task's message goes to stderr, folded: compare with the line breaks taken out.
+    assert "hf download Qwen/Qwen3.5-35B-A3B-FP8" in " ".join((result.stdout + result.stderr).split())
     assert snapshot_now(host) == before
 
 
