@@ -198,7 +198,7 @@ class Runner:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--runs", type=int, default=3, help="re-runs per case (the median is reported)")
     parser.add_argument("--connections", default="ssh,docker")
     parser.add_argument("--boxes", default="1,3")
@@ -241,7 +241,7 @@ def main() -> int:
                            for c in connections}
             # A box is converged with the inventory it is re-run with: the firewall's fleet
             # rules depend on which hosts the play has.
-            elapsed, cpu, _ = runner.playbook(inventories[connections[0]], "site.yml", f"converge-{count}")
+            elapsed, cpu, _recap = runner.playbook(inventories[connections[0]], "site.yml", f"converge-{count}")
             what = "a fresh box" if count == 1 and not args.reuse else f"{count} box(es)"
             results.append({"case": f"converge, {what}, {connections[0]}", "wall_s": round(elapsed, 1),
                             "controller_cpu_s": round(cpu, 1), "boxes_cpu_s": None})
