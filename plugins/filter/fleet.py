@@ -13,6 +13,7 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report im
     benchmark_fleet,
     benchmark_row,
     render_table,
+    status_display,
     status_row,
 )
 
@@ -32,7 +33,8 @@ def fleet_table(rows: object, kind: str = "status") -> str:
         raise AnsibleFilterError(f"fleet_table: kind must be one of {', '.join(TABLES)}, got {kind!r}")
     if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
         raise AnsibleFilterError("fleet_table expects a list of rows (dicts)")
-    return render_table(list(rows), TABLES[kind])
+    shown = [status_display(row) for row in rows] if kind == "status" else list(rows)
+    return render_table(shown, TABLES[kind])
 
 
 def fleet_benchmark_row(result: object, host: str, error: str = "") -> dict:

@@ -33,14 +33,17 @@ AVERAGED = {"vllm:kv_cache_usage_perc"}
 WATCHDOG_ACTIONS = {"stop", "stopped", "kill", "recovered", "action_failed", "action_timeout"}
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
+# The printed table: some columns join two fields of the row (status_display); the JSON has them apart.
 STATUS_COLUMNS = (
-    ("host", "host"), ("reachable", "up"), ("gpu", "GPU"), ("driver", "driver"), ("cuda", "CUDA"),
-    ("image", "image"), ("image_digest", "digest"), ("model", "model"), ("revision", "revision"),
-    ("served_model_name", "served as"), ("health", "health"), ("requests_running", "run"),
-    ("requests_waiting", "wait"), ("kv_cache_usage", "KV %"), ("prompt_tokens_total", "prompt tok"),
-    ("generation_tokens_total", "gen tok"), ("memory_used_pct", "mem %"), ("watchdog", "watchdog"),
-    ("watchdog_last_action", "last action"), ("firewall", "firewall"),
+    ("host", "host"), ("reachable", "up"), ("gpu", "GPU"), ("driver_cuda", "driver/CUDA"), ("image", "image"),
+    ("image_digest", "digest"), ("model_revision", "model@revision"), ("served_model_name", "served as"),
+    ("health", "health"), ("run_wait", "run/wait"), ("kv_cache_usage", "KV %"), ("tokens", "tokens in/out"),
+    ("memory_used_pct", "mem %"), ("watchdog_display", "watchdog (last action)"), ("firewall", "ufw"),
 )
+# Every field of a status row (the JSON's keys).
+ROW_FIELDS = ("host", "reachable", "error", "gpu", "gpu_present", "driver", "cuda", "image", "image_digest",
+              "container", "model", "revision", "commit", "served_model_name", "model_source", "deployed_at",
+              "health", "memory_used_pct", "watchdog", "watchdog_last_action", "firewall", *METRICS)
 BENCHMARK_COLUMNS = (
     ("host", "host"), ("completed", "done"), ("failed", "failed"), ("output_throughput", "out tok/s"),
     ("p50_ttft_ms", "TTFT p50 ms"), ("p95_ttft_ms", "TTFT p95 ms"), ("p50_e2el_ms", "E2E p50 ms"),
@@ -101,6 +104,28 @@ def last_watchdog_action(journal: str | None) -> str:
     return found
 
 
+def system_sections(text: str | None) -> dict:
+    """The one shell task of playbooks/status.yml prints `## NAME` lines before each answer:
+    watchdog (systemctl is-active), journal (journalctl, `## journal-rc N` after it), ufw
+    (`ufw status`, then `## ufw-rc N`; 127 when there is no ufw)."""
+    sections: dict[str, list[str]] = {}
+    rcs: dict[str, int] = {}
+    current = None
+    for line in (text or "").splitlines():
+        match = re.match(r"^## ([a-z]+)(?:-rc (-?\d+))?$", line)
+        if match and match.group(2) is not None:
+            rcs[match.group(1)] = int(match.group(2))
+        elif match:
+            current = match.group(1)
+            sections[current] = []
+        elif current:
+            sections[current].append(line)
+    watchdog = "\n".join(sections.get("watchdog", [])).strip()
+    return {"watchdog_state": watchdog or UNKNOWN,
+            "watchdog_journal": "\n".join(sections["journal"]) if rcs.get("journal") == 0 else None,
+            "ufw_rc": rcs.get("ufw"), "ufw_stdout": "\n".join(sections.get("ufw", []))}
+
+
 def firewall_state(ufw_rc: int | None, ufw_stdout: str | None) -> str:
     """`ufw status` -> active / inactive / not installed / unknown."""
     if ufw_rc is None:
@@ -129,14 +154,16 @@ def _short_digest(digests: list, image_id: str) -> str:
     return image_id or UNKNOWN
 
 
-def _model_identity(manifest: dict, record: dict, legacy: dict) -> dict:
-    """The manifest names the weights on disk; the deployment record what was deployed."""
+def _model_identity(manifest: dict, record: dict, legacy: dict, labels: dict) -> dict:
+    """The manifest names the weights on disk; the deployment record what was deployed; the
+    container's label (set by the vllm role) the model it was started for."""
     recorded = record.get("model") if isinstance(record.get("model"), dict) else {}
-    model = manifest.get("repo") or recorded.get("repo") or UNKNOWN
+    model = manifest.get("repo") or recorded.get("repo") or labels.get("org.sparkfleet.vllm.model") or UNKNOWN
     revision = manifest.get("revision") or recorded.get("revision") or UNKNOWN
     commit = manifest.get("commit") or recorded.get("commit") or UNKNOWN
     served = record.get("served_model_name") or legacy.get("served_model_name") or UNKNOWN
-    source = "manifest" if manifest else ("deployment record" if recorded else UNKNOWN)
+    source = ("manifest" if manifest else "deployment record" if recorded
+              else "container label" if model != UNKNOWN else UNKNOWN)
     return {"model": model, "revision": revision, "commit": commit, "served_model_name": served,
             "model_source": source}
 
@@ -162,7 +189,7 @@ def status_row(raw: dict) -> dict:
     """One box's answers (see playbooks/status.yml) -> its row."""
     host = str(raw.get("host", UNKNOWN))
     if not raw.get("reachable"):
-        row = {key: UNKNOWN for key, _title in STATUS_COLUMNS}
+        row = dict.fromkeys(ROW_FIELDS, UNKNOWN)
         row.update(host=host, reachable=False, error=str(raw.get("error") or "unreachable"))
         return row
     gpu = raw.get("gpu") if isinstance(raw.get("gpu"), dict) else {}
@@ -174,8 +201,12 @@ def status_row(raw: dict) -> dict:
     digest = _short_digest(image_info.get("RepoDigests") or record.get("repo_digests") or [],
                            image_info.get("Id") or container.get("Image") or record.get("image_id") or "")
     metrics = parse_metrics(raw.get("metrics"))
+    if "system" in raw:
+        raw = {**raw, **system_sections(raw.get("system"))}
     row = {"host": host, "reachable": True, "error": "", **_gpu(gpu), "image": image, "image_digest": digest,
-           "container": state, **_model_identity(_json(raw.get("manifest")), record, legacy),
+           "container": state,
+           **_model_identity(_json(raw.get("manifest")), record, legacy,
+                             (container.get("Config") or {}).get("Labels") or {}),
            "deployed_at": record.get("deployed_at") or UNKNOWN,
            "health": health_state(raw.get("health_status"), state),
            "memory_used_pct": _memory_pct(gpu), "watchdog": raw.get("watchdog_state") or UNKNOWN,
@@ -191,6 +222,27 @@ def status_row(raw: dict) -> dict:
         else:
             row[key] = int(value) if float(value).is_integer() else value
     return row
+
+
+def status_display(row: dict) -> dict:
+    """A status row with the printed table's joined columns."""
+    out = dict(row)
+    if not row.get("reachable"):
+        out.update({key: "" for key, _title in STATUS_COLUMNS if key not in ("host", "reachable")})
+        error = str(row.get("error", "")).splitlines()[-1:] or [""]
+        out["gpu"] = error[0][:60] + ("..." if len(error[0]) > 60 else "")
+        return out
+    out["driver_cuda"] = f"{row.get('driver', UNKNOWN)}/{row.get('cuda', UNKNOWN)}"
+    commit = row.get("commit", UNKNOWN)
+    revision = row.get("revision", UNKNOWN)
+    if commit not in (UNKNOWN, revision):
+        revision = f"{revision} ({str(commit)[:8]})"
+    out["model_revision"] = f"{row.get('model', UNKNOWN)}@{revision}"
+    out["run_wait"] = f"{_cell(row.get('requests_running'))}/{_cell(row.get('requests_waiting'))}"
+    out["tokens"] = f"{_cell(row.get('prompt_tokens_total'))}/{_cell(row.get('generation_tokens_total'))}"
+    action = row.get("watchdog_last_action", UNKNOWN)
+    out["watchdog_display"] = f"{row.get('watchdog', UNKNOWN)} ({action})"
+    return out
 
 
 def _cell(value: object) -> str:

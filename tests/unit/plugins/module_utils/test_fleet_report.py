@@ -19,7 +19,9 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report im
     parse_metrics,
     percentile,
     render_table,
+    status_display,
     status_row,
+    system_sections,
 )
 
 # vLLM 0.19.1's /metrics in the shape prometheus_client writes it (vllm/v1/metrics/loggers.py).
@@ -166,8 +168,42 @@ def test_firewall(rc: int | None, out: str, state: str):
     assert firewall_state(rc, out) == state
 
 
+def test_the_system_answers_come_in_one_text():
+    text = "\n".join(["## watchdog", "active", "## journal", *JOURNAL.splitlines(), "## journal-rc 0",
+                      "## ufw", "Status: active", "", "To Action From", "## ufw-rc 0"])
+    answers = system_sections(text)
+    assert answers["watchdog_state"] == "active" and answers["ufw_rc"] == 0
+    assert last_watchdog_action(answers["watchdog_journal"]).startswith("stopped vllm")
+    row = status_row(raw(system=text, watchdog_state=None, watchdog_journal=None, ufw_rc=None, ufw_stdout=None))
+    assert (row["watchdog"], row["firewall"]) == ("active", "active")
+    assert row["watchdog_last_action"] == "stopped vllm at 2026-11-30T08:01:03+0000"
+
+
+def test_no_ufw_and_no_journal():
+    answers = system_sections("## watchdog\ninactive\n## journal\nNo journal files were found.\n## journal-rc 1\n"
+                              "## ufw\n## ufw-rc 127\n")
+    assert answers == {"watchdog_state": "inactive", "watchdog_journal": None, "ufw_rc": 127, "ufw_stdout": ""}
+    assert system_sections("")["watchdog_state"] == "unknown"
+
+
+def test_the_container_label_names_the_model_when_nothing_else_does():
+    container = {"State": {"Status": "running"}, "Config": {"Labels": {"org.sparkfleet.vllm.model": "Qwen/Q"}}}
+    row = status_row(raw(manifest="", deployment="", container=container))
+    assert (row["model"], row["revision"], row["model_source"]) == ("Qwen/Q", "unknown", "container label")
+
+
+def test_the_printed_table_joins_fields():
+    shown = status_display(status_row(raw()))
+    assert shown["driver_cuda"] == "580.142/13.0"
+    assert shown["model_revision"] == "Qwen/Qwen3.5-35B-A3B-FP8@main (cccccccc)"
+    assert (shown["run_wait"], shown["tokens"]) == ("3/2", "4096/512")
+    assert shown["watchdog_display"] == "active (stopped vllm at 2026-11-30T08:01:03+0000)"
+    gone = status_display(status_row({"host": "spark-2", "reachable": False, "error": "timed out"}))
+    assert gone["gpu"] == "timed out" and gone["model_revision"] == ""
+
+
 def test_table_aligns_columns_and_marks_unreachable():
-    rows = [status_row(raw()), status_row({"host": "spark-2", "reachable": False})]
+    rows = [status_display(status_row(raw())), status_display(status_row({"host": "spark-2", "reachable": False}))]
     lines = render_table(rows, STATUS_COLUMNS).splitlines()
     assert lines[0].startswith("host ") and set(lines[1].replace(" ", "")) == {"-"}
     assert lines[2].startswith("spark-1 ") and " NO " in lines[3]
@@ -229,3 +265,9 @@ def test_fleet_of_no_results_says_so():
     assert fleet["boxes"] == 0 and fleet["p50_ttft_ms"] is None and "1 box(es) without a result" in fleet["error"]
     lines = render_table([benchmark_row("spark-1", "", "no result"), fleet], BENCHMARK_COLUMNS).splitlines()
     assert lines[-1].startswith("fleet ") and " - " in lines[-1]
+
+
+def test_every_row_has_the_same_keys():
+    keys = set(status_row(raw()))
+    assert set(status_row({"host": "x", "reachable": False})) == keys
+    assert set(status_row({"host": "x", "reachable": True})) == keys
