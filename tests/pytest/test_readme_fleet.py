@@ -36,7 +36,7 @@ def test_every_diagnosis_is_in_the_table_with_its_variables():
         assert key in rows, f"README troubleshooting table lacks {key}"
         for variable in variables:
             assert f"`{variable}`" in rows[key], f"{key}: {variable} missing"
-    assert set(rows) == {key for key, _ in failures}, "the table names a diagnosis the role does not know"
+    assert set(rows) == {key for key, _variables in failures}, "the table names a diagnosis the role does not know"
 
 
 def test_quick_start_begins_with_the_demo():

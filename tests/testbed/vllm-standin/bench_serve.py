@@ -185,7 +185,7 @@ def random_samples(args: argparse.Namespace) -> list[SampleRequest]:
     in_low, in_high = math.floor(real_input_len * (1 - ratio)), math.ceil(real_input_len * (1 + ratio))
     out_low = max(math.floor(output_len * (1 - ratio)), 1)
     out_high = max(math.ceil(output_len * (1 + ratio)), 1)
-    prefix = [f"t{rng.randrange(VOCAB_SIZE)}" for _ in range(prefix_len)]
+    prefix = [f"t{rng.randrange(VOCAB_SIZE)}" for _position in range(prefix_len)]
     requests = []
     for i in range(args.num_prompts):
         n_in, n_out = rng.randint(in_low, in_high), rng.randint(out_low, out_high)
@@ -320,8 +320,8 @@ def calculate_metrics(requests: list[SampleRequest], outputs: list[RequestOutput
     if goodput:
         slo = {"ttft": ttfts, "tpot": all_tpots, "e2el": e2els}
         picked = [(slo[k], v / MS) for k, v in goodput.items()]
-        rows = zip(*[m for m, _ in picked], strict=True)
-        good = sum(1 for row in rows if all(s >= r for (_, s), r in zip(picked, row, strict=True)))
+        rows = zip(*[metric for metric, _slo in picked], strict=True)
+        good = sum(1 for row in rows if all(slo >= r for (_metric, slo), r in zip(picked, row, strict=True)))
     ok = [o for o in outputs if o.success]
     peak_tokens, peak_concurrent = peak(ok)
     metrics: dict[str, Any] = {
@@ -424,7 +424,7 @@ def arrival_gaps(n: int, rate: float, burstiness: float, seed: int) -> list[floa
         return [0.0] * n
     rng = random.Random(seed)
     theta = 1.0 / (rate * burstiness)
-    return [rng.gammavariate(burstiness, theta) for _ in range(n)]
+    return [rng.gammavariate(burstiness, theta) for _request in range(n)]
 
 
 def run_requests(requests: list[SampleRequest], payload_for: Any, headers: dict[str, str] | None,
