@@ -5,6 +5,7 @@
 # DEMO_STATE (default .demo/ in the checkout), so that both find the same boxes.
 #
 #   tests/testbed/demo.sh          # up (again: a re-run converges, changing nothing)
+#   tests/testbed/demo.sh show     # the status table and one request per box again
 #   tests/testbed/demo.sh clean    # down
 set -euo pipefail
 
@@ -20,13 +21,16 @@ if [ "${1:-}" = clean ]; then
     exit 0
 fi
 
-say "Simulated Sparks: create, prepare (the test bed's image is built once, cached by hash)"
-molecule create -s default
-molecule prepare -s default --force
-say "The site playbook against them (ansible-playbook site.yml)"
-start=$SECONDS
-molecule converge -s default
-converge_s=$((SECONDS - start))
+converge_s=
+if [ "${1:-}" != show ]; then
+    say "Simulated Sparks: create, prepare (the test bed's image is built once, cached by hash)"
+    molecule create -s default
+    molecule prepare -s default --force
+    say "The site playbook against them (ansible-playbook site.yml)"
+    start=$SECONDS
+    molecule converge -s default
+    converge_s=" (site playbook: $((SECONDS - start)) s)"
+fi
 
 hosts=$(ansible-inventory -i "$inventory" --list | python3 -c '
 import json, sys
@@ -61,9 +65,10 @@ done
 first=${hosts%% *}
 cat <<EOF
 
-Up: ${hosts// /, } (site playbook: ${converge_s} s; the boxes are containers, vLLM is a stand-in).
+Up: ${hosts// /, }${converge_s}. The boxes are containers, vLLM in them is a stand-in.
   log in:     docker exec -it $first bash          (or: MOLECULE_EPHEMERAL_DIRECTORY=$MOLECULE_EPHEMERAL_DIRECTORY molecule login -s default -h $first)
   re-run:     make demo                            (converges again: nothing changes)
+              tests/testbed/demo.sh show           (this table and the requests again)
               ansible-playbook -i $inventory site.yml
   status:     ansible-playbook -i $inventory playbooks/status.yml
   benchmark:  ansible-playbook -i $inventory playbooks/benchmark.yml -e benchmark_num_prompts=16
