@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Generates the stand-in hub's model repositories: deterministic, so every run serves the same bytes.
 
     python3 tests/testbed/hub-standin/generate.py DIR     # writes DIR/blobs/<sha256>, DIR/repos.json

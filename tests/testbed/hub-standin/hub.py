@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """STAND-IN model hub for the test bed: the parts of the Hugging Face Hub and ModelScope HTTP APIs
 that huggingface_hub 2.4.0 and modelscope 1.40.0 (modelscope-hub 0.5.1) use to download a model,
 a CDN for the weight files, a PEP 503 package index, and fault switches. Not a hub.
