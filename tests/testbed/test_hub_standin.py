@@ -19,21 +19,23 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import httpx2  # huggingface_hub's HTTP client
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "hub-standin"))
-from hubproc import GATED, MODEL, TOKEN, Hub, hub_fixture, hub_state_dir_fixture  # noqa: F401  (fixtures)
-
-huggingface_hub = pytest.importorskip("huggingface_hub")
-import httpx2  # noqa: E402  (huggingface_hub's HTTP client)
-from huggingface_hub import HfApi, hf_hub_download, snapshot_download  # noqa: E402
-from huggingface_hub.errors import (  # noqa: E402
+import requests  # modelscope's HTTP client
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
     HfHubHTTPError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from modelscope import snapshot_download as ms_snapshot_download
+from modelscope.hub.api import HubApi as MsApi
+from modelscope_hub.errors import FileDownloadError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "hub-standin"))
+from hubproc import GATED, MODEL, TOKEN, Hub, hub_fixture, hub_state_dir_fixture  # noqa: F401  (fixtures)
 
 SHARD = "model-00004-of-00004.safetensors"
 
@@ -250,13 +252,10 @@ def test_bad_fault_values_are_refused(hub: Hub) -> None:
 
 # ---------------------------------------------------------------- ModelScope
 
-modelscope = pytest.importorskip("modelscope")
-
 
 def ms_download(hub: Hub, tmp_path: Path, repo: str = MODEL, **kwargs: Any) -> Path:
     """modelscope's snapshot_download, pointed at the stand-in by its endpoint argument."""
-    from modelscope import snapshot_download as ms_snapshot  # noqa: PLC0415  (optional dependency)
-    return Path(ms_snapshot(repo, endpoint=hub.url, cache_dir=str(tmp_path / "ms-cache"), **kwargs))
+    return Path(ms_snapshot_download(repo, endpoint=hub.url, cache_dir=str(tmp_path / "ms-cache"), **kwargs))
 
 
 def test_modelscope_cli_downloads_every_file(hub: Hub, tmp_path: Path) -> None:
@@ -279,7 +278,6 @@ def test_modelscope_downloads_each_revision(hub: Hub, tmp_path: Path, revision: 
 
 
 def test_modelscope_revision_and_model_apis(hub: Hub) -> None:
-    from modelscope.hub.api import HubApi as MsApi  # noqa: PLC0415  (optional dependency)
     api = MsApi(endpoint=hub.url)
     assert api.get_model_branches_and_tags(MODEL) == (["master"], ["v1"])
     assert api.get_valid_revision(MODEL, revision="v1") == "v1"
@@ -295,14 +293,12 @@ def test_modelscope_revision_and_model_apis(hub: Hub) -> None:
 ], ids=["repo", "revision", "bad-token"])
 def test_modelscope_errors_carry_the_status_and_message(hub: Hub, tmp_path: Path,
                                                          case: tuple[str, dict[str, str], str]) -> None:
-    import requests  # noqa: PLC0415  (modelscope's HTTP client)
     repo, kwargs, message = case
     with pytest.raises(requests.exceptions.HTTPError, match=re.escape(message)):
         ms_download(hub, tmp_path, repo=repo, local_dir=str(tmp_path / "m"), **kwargs)
 
 
 def test_modelscope_gated_files_need_the_token(hub: Hub, tmp_path: Path) -> None:
-    from modelscope_hub.errors import FileDownloadError  # noqa: PLC0415  (optional dependency)
     with pytest.raises(FileDownloadError, match=re.escape("User not logged in.")):
         ms_download(hub, tmp_path, repo=GATED, local_dir=str(tmp_path / "no"))
     path = ms_download(hub, tmp_path, repo=GATED, local_dir=str(tmp_path / "ok"), token=TOKEN)
@@ -310,7 +306,6 @@ def test_modelscope_gated_files_need_the_token(hub: Hub, tmp_path: Path) -> None
 
 
 def test_modelscope_rejects_corrupt_bytes_by_hash(hub: Hub, tmp_path: Path) -> None:
-    from modelscope_hub.errors import FileDownloadError  # noqa: PLC0415  (optional dependency)
     hub.faults(corrupt=True)
     with pytest.raises(FileDownloadError, match="Hash mismatch"):
         ms_download(hub, tmp_path, local_dir=str(tmp_path / "m"), allow_patterns=[SHARD])

@@ -6,7 +6,7 @@
 Each repository has commits; each commit maps a file path to a blob. The hashes are the ones the
 real Hub publishes for a file:
 - `sha256` of the content: the Git LFS object id, served as `lfs.oid` by the tree API and as the
-  `X-Linked-Etag` of `resolve` (huggingface_hub 2.4.0 hf_api.py:718 reads `lfs["oid"]`,
+  `X-Linked-Etag` of `resolve` (huggingface_hub 2.4.0 hf_api.py:717 reads `lfs["oid"]`,
   file_download.py:1678 prefers `X-Linked-Etag`);
 - the git blob id, `sha1("blob <size>\\0" + content)` (https://git-scm.com/book/en/v2/Git-Internals-Git-Objects):
   of the content for a regular file, of the LFS pointer file for an LFS file, served as `oid`.

@@ -72,7 +72,7 @@ def hf_refs(refs: dict[str, Any]) -> dict[str, Any]:
 
 
 def tree_entry(path: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """One entry of GET /api/models/{repo}/tree/{rev}: the keys RepoFile reads (hf_api.py:706-718)."""
+    """One entry of GET /api/models/{repo}/tree/{rev}: the keys RepoFile reads (hf_api.py:711-730)."""
     entry: dict[str, Any] = {"type": "file", "oid": meta["blob_id"], "size": meta["size"], "path": path}
     if meta["lfs"]:
         entry["lfs"] = {"oid": meta["sha256"], "size": meta["size"], "pointerSize": meta["pointer_size"]}
@@ -182,7 +182,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_error_json(self, error: HubError) -> None:
         # The message goes in X-Error-Message and in the body's "error" key, the two places
-        # huggingface_hub 2.4.0 utils/_http.py:1035-1050 reads it from.
+        # huggingface_hub 2.4.0 utils/_http.py:1034-1057 reads it from.
         if error.body is not None:
             return self.send_json(error.body, error.status)
         if error.code:
@@ -226,7 +226,7 @@ class Handler(BaseHTTPRequestHandler):
         meta = commit_files(repo, commit).get(filename)
         if meta is None:
             raise HubError(404, "EntryNotFound", "Entry not found", commit)
-        # X-Repo-Commit: required (file_download.py:1789-1796); X-Linked-Etag / ETag, X-Linked-Size /
+        # X-Repo-Commit: required (file_download.py:1790-1797); X-Linked-Etag / ETag, X-Linked-Size /
         # Content-Length: file_download.py:1677-1688.
         self.extra_headers["X-Repo-Commit"] = commit
         self.extra_headers["Accept-Ranges"] = "bytes"
