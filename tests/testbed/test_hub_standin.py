@@ -125,8 +125,8 @@ def test_model_info_and_tree_carry_the_hashes(hub: Hub, tmp_path: Path) -> None:
     (MODEL, "main", "no-such-file.json", EntryNotFoundError),
     (GATED, "main", "config.json", GatedRepoError),
 ], ids=lambda case: case[3].__name__)
-def test_errors_surface_as_the_clients_exceptions(hub: Hub, tmp_path: Path,
-                                                   case: tuple[str, str, str, type[Exception]]) -> None:
+def test_errors_surface_as_the_clients_exceptions(
+        hub: Hub, tmp_path: Path, case: tuple[str, str, str, type[Exception]]) -> None:
     repo, revision, filename, error = case
     with pytest.raises(error):
         hf_hub_download(repo, filename, revision=revision, local_dir=tmp_path, endpoint=hub.url, token=False)
@@ -291,8 +291,8 @@ def test_modelscope_revision_and_model_apis(hub: Hub) -> None:
     (MODEL, {"revision": "no-such-branch"}, "Revision no-such-branch does not exist"),
     (GATED, {"token": "wrong"}, "AccessToken is invalid or expired"),
 ], ids=["repo", "revision", "bad-token"])
-def test_modelscope_errors_carry_the_status_and_message(hub: Hub, tmp_path: Path,
-                                                         case: tuple[str, dict[str, str], str]) -> None:
+def test_modelscope_errors_carry_the_status_and_message(
+        hub: Hub, tmp_path: Path, case: tuple[str, dict[str, str], str]) -> None:
     repo, kwargs, message = case
     with pytest.raises(requests.exceptions.HTTPError, match=re.escape(message)):
         ms_download(hub, tmp_path, repo=repo, local_dir=str(tmp_path / "m"), **kwargs)
@@ -318,3 +318,20 @@ def test_modelscope_resumes_a_cut_transfer_with_range(hub: Hub, tmp_path: Path) 
     assert sha256_of(path / SHARD) == hub.files("master")[SHARD]["sha256"]
     resumed = [r for r in hub.requests() if r["path"].startswith("/repos/") and r["range"]]
     assert resumed and all(r["status"] == 206 for r in resumed)
+
+
+def test_modelscope_domain_variable_with_a_scheme_reaches_the_hub(hub: Hub, tmp_path: Path) -> None:
+    # MODELSCOPE_DOMAIN is deprecated; without a scheme modelscope-hub 0.5.1 prepends https://
+    # (config.py:136-146), which no plain-HTTP mirror answers.
+    env = {k: v for k, v in client_env(hub, tmp_path).items() if k != "MODELSCOPE_ENDPOINT"}
+    env["MODELSCOPE_DOMAIN"] = hub.url
+    result = subprocess.run(["modelscope", "download", "--model", MODEL, "config.json", "--local_dir", str(tmp_path)],
+                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert sha256_of(tmp_path / "config.json") == hub.files("master")["config.json"]["sha256"]
+
+
+def test_a_throttled_transfer_delivers_the_same_bytes(hub: Hub, tmp_path: Path) -> None:
+    hub.faults(throttle_bps=20_000_000)
+    path = hf_hub_download(MODEL, SHARD, local_dir=tmp_path, endpoint=hub.url)
+    assert sha256_of(Path(path)) == hub.files()[SHARD]["sha256"]
