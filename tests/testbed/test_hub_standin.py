@@ -35,7 +35,10 @@ from modelscope.hub.api import HubApi as MsApi
 from modelscope_hub.errors import FileDownloadError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hub-standin"))
-from hubproc import GATED, MODEL, TOKEN, Hub, hub_fixture, hub_state_dir_fixture  # noqa: F401  (fixtures)
+from hubproc import GATED, MODEL, TOKEN, Hub, hub_fixture, hub_state_dir_fixture
+
+# pytest finds the fixtures `hub` and `hub_state_dir` as names of this module.
+FIXTURES = (hub_fixture, hub_state_dir_fixture)
 
 SHARD = "model-00004-of-00004.safetensors"
 

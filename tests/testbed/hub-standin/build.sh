@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo="sparkfleet-sim"
 arch=$(uname -m)
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/sparkfleet/hub-wheels/$(cat "$here/wheels.txt" | sha256sum | cut -c1-12)-$arch"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/sparkfleet/hub-wheels/$(sha256sum < "$here/wheels.txt" | cut -c1-12)-$arch"
 
 log() { printf 'hub-standin: %s\n' "$*" >&2; }
 

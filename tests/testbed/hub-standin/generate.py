@@ -60,7 +60,7 @@ def safetensors_file(tensors: dict[str, tuple[str, tuple[int, ...], bytes]]) -> 
         offset += len(data)
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes with spaces
-    return struct.pack("<Q", len(raw)) + raw + b"".join(data for _, _, data in tensors.values())
+    return struct.pack("<Q", len(raw)) + raw + b"".join(tensor[2] for tensor in tensors.values())
 
 
 def shard(index: int, version: str) -> tuple[bytes, list[str]]:

@@ -416,7 +416,7 @@ def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
     parser.add_argument("--state-dir", required=True, help="where the generated repositories are kept")
