@@ -7,6 +7,7 @@ against what the clients wrote to disk.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import http.client
 import json
@@ -14,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -334,7 +336,20 @@ def test_modelscope_domain_variable_with_a_scheme_reaches_the_hub(hub: Hub, tmp_
     assert sha256_of(tmp_path / "config.json") == hub.files("master")["config.json"]["sha256"]
 
 
-def test_a_throttled_transfer_delivers_the_same_bytes(hub: Hub, tmp_path: Path) -> None:
-    hub.faults(throttle_bps=20_000_000)
-    path = hf_hub_download(MODEL, SHARD, local_dir=tmp_path, endpoint=hub.url)
-    assert sha256_of(Path(path)) == hub.files()[SHARD]["sha256"]
+def test_a_throttled_transfer_is_seen_in_flight_and_delivers_the_same_bytes(hub: Hub, tmp_path: Path) -> None:
+    hub.faults(throttle_bps=1_000_000)  # a 24 MiB shard would take 25 s
+    download = concurrent.futures.ThreadPoolExecutor(max_workers=1).submit(
+        hf_hub_download, MODEL, SHARD, local_dir=tmp_path, endpoint=hub.url)
+    size = hub.files()[SHARD]["size"]
+    in_flight = None
+    for _ in range(200):  # polled every 50 ms, at most 10 s
+        in_flight = next((r for r in hub.requests()
+                          if r["path"].startswith("/repos/") and not r["done"] and r["bytes"] > 0), None)
+        if in_flight:
+            break
+        time.sleep(0.05)
+    assert in_flight is not None and in_flight["status"] == 200 and in_flight["bytes"] < size
+    hub.faults(reset=True)  # the rest at full speed
+    assert sha256_of(Path(download.result(timeout=120))) == hub.files()[SHARD]["sha256"]
+    done = [r for r in hub.requests() if r["path"].startswith("/repos/")]
+    assert [(r["done"], r["bytes"]) for r in done] == [(True, size)]

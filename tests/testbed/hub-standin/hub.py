@@ -130,6 +130,16 @@ class Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         self.query = parse_qs(split.query)
         self.raw_path = split.path
+        # Logged when it starts and updated as bytes go out ("done": false meanwhile), so that
+        # a test can see a transfer in flight; admin calls are not logged.
+        self.entry: dict[str, Any] | None = None
+        if not self.raw_path.startswith("/_standin/"):
+            self.entry = {
+                "time": time.time(), "method": method, "host": self.headers.get("Host", ""),
+                "path": self.path, "status": 0, "bytes": 0, "client": self.client_address[0],
+                "range": self.headers.get("Range"), "user_agent": self.headers.get("User-Agent", ""), "done": False,
+            }
+            self.state.record(self.entry)
         try:
             self.route(method, split.path)
         except HubError as error:
@@ -137,13 +147,8 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
-            if not self.raw_path.startswith("/_standin/"):
-                self.state.record({
-                    "time": time.time(), "method": method, "host": self.headers.get("Host", ""),
-                    "path": self.path, "status": self.status, "bytes": self.sent,
-                    "client": self.client_address[0], "range": self.headers.get("Range"),
-                    "user_agent": self.headers.get("User-Agent", ""),
-                })
+            if self.entry is not None:
+                self.entry.update(status=self.status, bytes=self.sent, done=True)
 
     def route(self, method: str, path: str) -> None:
         parts = [unquote(p) for p in path.split("/")[1:]]
@@ -173,6 +178,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def start(self, status: int, headers: dict[str, str]) -> None:
         self.status = status
+        if self.entry is not None:
+            self.entry["status"] = status
         self.send_response(status)
         request_id = hashlib.sha1(f"{time.time_ns()}{self.path}".encode(), usedforsecurity=False).hexdigest()[:20]
         self.send_header("X-Request-Id", f"Root=1-{request_id}")
@@ -299,6 +306,8 @@ class Handler(BaseHTTPRequestHandler):
                     chunk = corrupt(chunk, offset)
                 self.wfile.write(chunk)
                 self.sent += len(chunk)
+                if self.entry is not None:
+                    self.entry["bytes"] = self.sent
                 offset += len(chunk)
                 if weight and faults.throttle_bps:
                     ahead = self.sent / faults.throttle_bps - (time.monotonic() - began)
@@ -358,7 +367,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(vars(self.state.faults))
         if what == "requests" and method == "GET":
             with self.state.lock:
-                return self.send_json(list(self.state.log))
+                log = [dict(entry) for entry in self.state.log]
+            return self.send_json(log)
         if what == "requests" and method == "DELETE":
             with self.state.lock:
                 self.state.log.clear()
