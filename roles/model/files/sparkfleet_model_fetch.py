@@ -520,6 +520,102 @@ def unreachable_error(endpoint: str, why: str) -> FetchError:
     )
 
 
+class ProgressCounter:
+    """A modelscope_hub ProgressCallback: instantiated per file as cls(filename, file_size), update(n)
+    per chunk, end() when done (modelscope_hub 0.5.1 _download.py:108-124). Not a subclass, so the
+    program imports nothing of the client before set_client_env()."""
+
+    state: State | None = None
+
+    def __init__(self, filename: str, file_size: int) -> None:
+        self.path = filename
+
+    def update(self, size: int) -> None:
+        if self.state is not None and size:
+            self.state.received(self.path, int(size))
+
+    def end(self) -> None:
+        pass
+
+
+class ModelScopeSource(Source):
+    """modelscope 1.40.0 delegates its hub calls to modelscope-hub (modelscope/hub/snapshot_download.py:1-13);
+    its HubApi is used directly, because modelscope's compat wrappers turn the typed errors into a
+    plain requests HTTPError (modelscope_hub 0.5.1 compat/file_download.py:82-83)."""
+
+    name = "modelscope"
+
+    def api(self) -> Any:
+        from modelscope_hub import HubApi  # noqa: PLC0415 - after set_client_env(), see HuggingFaceSource
+
+        # token="" means "no token" and keeps a stored credential out (modelscope_hub config.py:148-156).
+        return HubApi(endpoint=self.endpoint, token=self.token or "")
+
+    def listing(self) -> Listing:
+        import modelscope_hub as ms  # noqa: PLC0415
+
+        api = self.api()
+        try:
+            raw = api.legacy.list_repo_files(self.repo, "model", revision=self.revision, recursive=True)
+        except ms.NotExistError as error:
+            # One answer for a missing repo and a missing revision: ask which.
+            if api.repo_exists(self.repo, "model"):
+                raise revision_error(self.endpoint, self.repo, self.revision) from error
+            raise repo_error(self.endpoint, self.repo, bool(self.token)) from error
+        blobs = [item for item in raw if (item.get("Type") or "blob") != "tree"]
+        files = tuple(RemoteFile(safe_relpath(b["Path"]), int(b["Size"]), b.get("Sha256") or None) for b in blobs)
+        return Listing(ms_commit(self.revision, blobs), files, self.name, self.repo, self.revision, self.endpoint)
+
+    def fetch(self, remote: RemoteFile, commit: str, staging: Path) -> Path:
+        ProgressCounter.state = self.state
+        # The client resumes its own `<file>.incomplete` with Range (_download.py:343-345, 1699-1712),
+        # so those partials are kept across runs (clean_leftovers). Its own sha256 check is left off:
+        # ours follows, and one wrong body must not cost the client's backoff retries.
+        path = self.api().downloader.download_file(
+            repo_id=self.repo,
+            repo_type="model",
+            file_path=remote.path,
+            revision=commit if COMMIT_RE.match(commit) else self.revision,
+            local_dir=staging,
+            file_size=remote.size,
+            progress_callbacks=[ProgressCounter],
+        )
+        return Path(path)
+
+    def map_error(self, error: BaseException | None) -> FetchError | None:
+        while error is not None:
+            mapped = self.map_one(error)
+            if mapped is not None:
+                return mapped
+            error = error.__cause__
+        return None
+
+    def map_one(self, error: BaseException) -> FetchError | None:
+        """modelscope_hub's error classes (errors.py:104-441) -> our kinds."""
+        import modelscope_hub as ms  # noqa: PLC0415
+
+        if isinstance(error, ms.NotExistError):  # after the listing: a listed file is missing
+            return FetchError("EntryNotFound", f"{self.endpoint} lists a file of {self.repo} it does not serve")
+        if isinstance(error, ms.AuthenticationError) and self.token:
+            return token_error(self.endpoint, self.repo, 401)
+        if isinstance(error, ms.AuthenticationError | ms.PermissionDeniedError):
+            return gated_error(self.endpoint, self.repo, bool(self.token))
+        if isinstance(error, ms.ServerError | ms.NetworkError | ms.RateLimitError):
+            return unreachable_error(self.endpoint, f"{type(error).__name__}: {error}")
+        return None
+
+
+def ms_commit(revision: str, blobs: list[dict[str, Any]]) -> str:
+    """The commit a ModelScope revision names. Its file listing gives each file's last commit as
+    `Revision` (with `CommittedDate`) and no head commit: the newest of those is the head commit,
+    unless the head commit changed no file (then the revision name is recorded as it is)."""
+    if COMMIT_RE.match(revision):
+        return revision
+    dated = [(b.get("CommittedDate") or 0, b.get("Revision") or "") for b in blobs]
+    newest = max(dated, default=(0, ""))[1]
+    return newest if COMMIT_RE.match(newest) else revision
+
+
 class SeedSource(Source):
     """Another box's verified copy, served by `python3 -m http.server`: stdlib only, Range resume."""
 
@@ -598,7 +694,11 @@ def seed_error(endpoint: str, why: str) -> FetchError:
     )
 
 
-SOURCES: dict[str, type[Source]] = {"huggingface": HuggingFaceSource, "seed": SeedSource}
+SOURCES: dict[str, type[Source]] = {
+    "huggingface": HuggingFaceSource,
+    "modelscope": ModelScopeSource,
+    "seed": SeedSource,
+}
 
 
 # --------------------------------------------------------------------------- planning
