@@ -468,7 +468,9 @@ def map_hf_error(  # noqa: PLR0911 - one return per exception class reads best
     if isinstance(error, errors.HfHubHTTPError):
         status = error.response.status_code if error.response is not None else 0
         if status in (401, 403):
-            return token_error(endpoint, repo, status)
+            # Without a token a 401 means private, gated or missing; the client types it only
+            # for https endpoints (utils/_http.py:175-181, 933-953).
+            return token_error(endpoint, repo, status) if has_token else repo_error(endpoint, repo, False)
         if status >= 500 or status in (408, 429):
             return unreachable_error(endpoint, f"it answered HTTP {status}")
     if isinstance(error, errors.LocalEntryNotFoundError | errors.OfflineModeIsEnabled | errors.FileMetadataError):
