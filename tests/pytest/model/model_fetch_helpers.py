@@ -131,10 +131,12 @@ def leftovers(local_dir: Path) -> list[str]:
 def make_copies(state_dir: Path, root: Path, revisions: tuple[str, ...]) -> dict[str, Path]:
     """Complete, verified copies made once per session with the program itself: tests that start
     from a complete copy take one of these instead of downloading 100 MB again."""
-    copies = {}
+    copies: dict[str, Path] = {}
     with running_hub(state_dir) as hub:
         for revision in revisions:
             runner = Runner(root, hub.url, root / revision, root / f"{revision}.json")
+            if copies:  # from the previous copy: only the files that differ cross the wire
+                copy_model(next(iter(copies.values())), runner.local_dir)
             result = runner(revision=revision)
             assert result.rc == 0, result.stderr
             copies[revision] = runner.local_dir
