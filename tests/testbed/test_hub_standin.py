@@ -11,6 +11,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.error
@@ -245,3 +246,80 @@ def test_bad_fault_values_are_refused(hub: Hub) -> None:
     assert refused.value.code == 400
     assert json.loads(refused.value.read())["error"].startswith("throttle_bps")
     assert hub.faults(throttle_bps=1_000_000)["throttle_bps"] == 1_000_000
+
+
+# ---------------------------------------------------------------- ModelScope
+
+modelscope = pytest.importorskip("modelscope")
+
+
+def ms_download(hub: Hub, tmp_path: Path, repo: str = MODEL, **kwargs: Any) -> Path:
+    """modelscope's snapshot_download, pointed at the stand-in by its endpoint argument."""
+    from modelscope import snapshot_download as ms_snapshot  # noqa: PLC0415  (optional dependency)
+    return Path(ms_snapshot(repo, endpoint=hub.url, cache_dir=str(tmp_path / "ms-cache"), **kwargs))
+
+
+def test_modelscope_cli_downloads_every_file(hub: Hub, tmp_path: Path) -> None:
+    target = tmp_path / "model"
+    result = subprocess.run(["modelscope", "download", "--model", MODEL, "--local_dir", str(target)],
+                            env=client_env(hub, tmp_path), capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert_same_files(target, hub.files("master"))
+    log = hub.requests()
+    assert any(r["path"] == f"/api/v1/models/{MODEL}/repo/files?Revision=master&Recursive=True" for r in log)
+    weights = {p for p, meta in hub.files("master").items() if meta["lfs"]}
+    redirected = {r["path"].rsplit("FilePath=", 1)[1] for r in log if r["status"] == 302}
+    assert redirected == weights
+
+
+@pytest.mark.parametrize("revision", ["v1", "master"])
+def test_modelscope_downloads_each_revision(hub: Hub, tmp_path: Path, revision: str) -> None:
+    path = ms_download(hub, tmp_path, revision=revision, local_dir=str(tmp_path / "m"))
+    assert_same_files(path, hub.files(revision))
+
+
+def test_modelscope_revision_and_model_apis(hub: Hub) -> None:
+    from modelscope.hub.api import HubApi as MsApi  # noqa: PLC0415  (optional dependency)
+    api = MsApi(endpoint=hub.url)
+    assert api.get_model_branches_and_tags(MODEL) == (["master"], ["v1"])
+    assert api.get_valid_revision(MODEL, revision="v1") == "v1"
+    assert api.get_model(MODEL)["Name"] == MODEL.split("/")[1]
+    files = {f["Path"]: f["Size"] for f in api.get_model_files(MODEL, revision="v1")}
+    assert files == {p: meta["size"] for p, meta in hub.files("v1").items()}
+
+
+@pytest.mark.parametrize("case", [
+    ("nobody/no-such-model", {}, "Model does not exist."),
+    (MODEL, {"revision": "no-such-branch"}, "Revision no-such-branch does not exist"),
+    (GATED, {"token": "wrong"}, "AccessToken is invalid or expired"),
+], ids=["repo", "revision", "bad-token"])
+def test_modelscope_errors_carry_the_status_and_message(hub: Hub, tmp_path: Path,
+                                                         case: tuple[str, dict[str, str], str]) -> None:
+    import requests  # noqa: PLC0415  (modelscope's HTTP client)
+    repo, kwargs, message = case
+    with pytest.raises(requests.exceptions.HTTPError, match=re.escape(message)):
+        ms_download(hub, tmp_path, repo=repo, local_dir=str(tmp_path / "m"), **kwargs)
+
+
+def test_modelscope_gated_files_need_the_token(hub: Hub, tmp_path: Path) -> None:
+    from modelscope_hub.errors import FileDownloadError  # noqa: PLC0415  (optional dependency)
+    with pytest.raises(FileDownloadError, match=re.escape("User not logged in.")):
+        ms_download(hub, tmp_path, repo=GATED, local_dir=str(tmp_path / "no"))
+    path = ms_download(hub, tmp_path, repo=GATED, local_dir=str(tmp_path / "ok"), token=TOKEN)
+    assert_same_files(path, hub.files("master", GATED))
+
+
+def test_modelscope_rejects_corrupt_bytes_by_hash(hub: Hub, tmp_path: Path) -> None:
+    from modelscope_hub.errors import FileDownloadError  # noqa: PLC0415  (optional dependency)
+    hub.faults(corrupt=True)
+    with pytest.raises(FileDownloadError, match="Hash mismatch"):
+        ms_download(hub, tmp_path, local_dir=str(tmp_path / "m"), allow_patterns=[SHARD])
+    assert not (tmp_path / "m" / SHARD).exists()
+
+
+def test_modelscope_resumes_a_cut_transfer_with_range(hub: Hub, tmp_path: Path) -> None:
+    hub.faults(cut_after_bytes=8_000_000)
+    path = ms_download(hub, tmp_path, local_dir=str(tmp_path / "m"), allow_patterns=[SHARD])
+    assert sha256_of(path / SHARD) == hub.files("master")[SHARD]["sha256"]
+    resumed = [r for r in hub.requests() if r["path"].startswith("/repos/") and r["range"]]
+    assert resumed and all(r["status"] == 206 for r in resumed)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import hmac
 import json
 import re
 import sys
@@ -23,37 +22,18 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generate  # the model generator next to this file
 import modelscope_api
-from hubcore import HubError, State, check_token, commit_files, find_repo, resolve_revision
+from hubcore import HubError, State, cdn_url, check_signature, check_token, commit_files, find_repo, resolve_revision
 
 CHUNK = 64 * 1024
 CORRUPT_EVERY = 1024 * 1024  # corrupt mode flips the byte at every multiple of this offset
-URL_LIFETIME = 3600
 # Weight files are served through the CDN only; small files are answered by `resolve` itself,
 # as on the real Hub (huggingface_hub 2.4.0 file_download.py:1685-1688: size from X-Linked-Size
 # for a redirect, Content-Length otherwise).
-
-
-def cdn_url(state: State, sha256: str, filename: str) -> str:
-    """A signed, expiring URL like the Hub's CDN links (path by content hash; the file name only
-    in response-content-disposition, which http_get reads for its progress bar, file_download.py:413-418)."""
-    expires = int(time.time()) + URL_LIFETIME
-    path = f"/repos/{sha256[:2]}/{sha256[2:4]}/{sha256}"
-    signature = hmac.new(state.secret, f"{path}:{expires}".encode(), hashlib.sha256).hexdigest()
-    disposition = quote(f"attachment; filename*=UTF-8''{filename}; filename=\"{filename}\";", safe="")
-    return f"{state.cdn_base}{path}?response-content-disposition={disposition}&Expires={expires}&Signature={signature}"
-
-
-def check_signature(state: State, path: str, query: dict[str, list[str]]) -> None:
-    expires = (query.get("Expires") or ["0"])[0]
-    signature = (query.get("Signature") or [""])[0]
-    good = hmac.new(state.secret, f"{path}:{expires}".encode(), hashlib.sha256).hexdigest()
-    if not expires.isdigit() or int(expires) < time.time() or not hmac.compare_digest(good, signature):
-        raise HubError(403, None, "Access denied: the CDN URL is not signed or has expired")
 
 
 # ---------------------------------------------------------------- Hugging Face API bodies
@@ -203,6 +183,8 @@ class Handler(BaseHTTPRequestHandler):
     def send_error_json(self, error: HubError) -> None:
         # The message goes in X-Error-Message and in the body's "error" key, the two places
         # huggingface_hub 2.4.0 utils/_http.py:1035-1050 reads it from.
+        if error.body is not None:
+            return self.send_json(error.body, error.status)
         if error.code:
             self.extra_headers["X-Error-Code"] = error.code
         self.extra_headers["X-Error-Message"] = error.message
@@ -265,6 +247,9 @@ class Handler(BaseHTTPRequestHandler):
         if disposition:
             self.extra_headers["Content-Disposition"] = disposition
         self.extra_headers["ETag"] = f'"{sha256}"'
+        # modelscope_hub 0.5.1 _download.py:1914-1917 takes the object hash from the storage
+        # response; huggingface_hub reads X-Linked-Etag on the resolve response instead.
+        self.extra_headers["X-Linked-ETag"] = f'"{sha256}"'
         self.send_file(meta, weight=True)
 
     def find_blob(self, sha256: str) -> dict[str, Any]:
@@ -276,11 +261,11 @@ class Handler(BaseHTTPRequestHandler):
         raise HubError(404, None, "NoSuchKey")
 
     # ------------------------------------------------------------ file bodies with Range and faults
-    def send_file(self, meta: dict[str, Any], weight: bool) -> None:
+    def send_file(self, meta: dict[str, Any], weight: bool, honour_range: bool = True) -> None:
         size = meta["size"]
         start, end = 0, size - 1
         status = 200
-        wanted = self.headers.get("Range")
+        wanted = self.headers.get("Range") if honour_range else None
         if wanted:
             parsed = parse_range(wanted, size)
             if parsed is None:

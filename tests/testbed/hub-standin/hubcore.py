@@ -3,19 +3,27 @@ routes of the stand-in hub share."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
+
+URL_LIFETIME = 3600
 
 
 class HubError(Exception):
     """An error the Hub reports with a status, `X-Error-Code` and `X-Error-Message`
     (read by huggingface_hub 2.4.0 utils/_http.py:871-872)."""
 
-    def __init__(self, status: int, code: str | None, message: str, commit: str | None = None) -> None:
+    def __init__(self, status: int, code: str | None, message: str, commit: str | None = None,
+                 body: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.commit = status, code, message, commit
+        self.body = body  # a ModelScope-shaped body replaces the Hugging Face one
 
 
 @dataclass
@@ -98,3 +106,21 @@ def check_token(state: State, headers: Any, repo_id: str, repo: dict[str, Any], 
 
 def commit_files(repo: dict[str, Any], commit: str) -> dict[str, dict[str, Any]]:
     return repo["commits"][commit]["files"]
+
+
+def cdn_url(state: State, sha256: str, filename: str) -> str:
+    """A signed, expiring URL like the Hub's CDN links (path by content hash; the file name only
+    in response-content-disposition, which http_get reads for its progress bar, file_download.py:413-418)."""
+    expires = int(time.time()) + URL_LIFETIME
+    path = f"/repos/{sha256[:2]}/{sha256[2:4]}/{sha256}"
+    signature = hmac.new(state.secret, f"{path}:{expires}".encode(), hashlib.sha256).hexdigest()
+    disposition = quote(f"attachment; filename*=UTF-8''{filename}; filename=\"{filename}\";", safe="")
+    return f"{state.cdn_base}{path}?response-content-disposition={disposition}&Expires={expires}&Signature={signature}"
+
+
+def check_signature(state: State, path: str, query: dict[str, list[str]]) -> None:
+    expires = (query.get("Expires") or ["0"])[0]
+    signature = (query.get("Signature") or [""])[0]
+    good = hmac.new(state.secret, f"{path}:{expires}".encode(), hashlib.sha256).hexdigest()
+    if not expires.isdigit() or int(expires) < time.time() or not hmac.compare_digest(good, signature):
+        raise HubError(403, None, "Access denied: the CDN URL is not signed or has expired")
