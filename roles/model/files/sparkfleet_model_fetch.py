@@ -602,6 +602,12 @@ class ModelScopeSource(Source):
             return token_error(self.endpoint, self.repo, 401)
         if isinstance(error, ms.AuthenticationError | ms.PermissionDeniedError):
             return gated_error(self.endpoint, self.repo, bool(self.token))
+        if isinstance(error, ms.FileIntegrityError):  # the client compared the CDN's X-Linked-ETag
+            return FetchError(
+                "HashMismatch",
+                f"{self.endpoint} kept serving wrong bytes for {self.repo}: {error}. Nothing of it was kept. "
+                "Retry later, or set model_endpoint to another mirror.",
+            )
         if isinstance(error, ms.ServerError | ms.NetworkError | ms.RateLimitError):
             return unreachable_error(self.endpoint, f"{type(error).__name__}: {error}")
         return None
@@ -906,6 +912,9 @@ def set_client_env(source: str, endpoint: str) -> None:
         os.environ.pop("HF_HUB_OFFLINE", None)
     elif source == "modelscope":
         os.environ["MODELSCOPE_ENDPOINT"] = endpoint.rstrip("/")
+        # Its byte bars are plain tqdm (modelscope_hub _download.py:1960-1967), which reads TQDM_*
+        # defaults from the environment: the state file is the progress report, not the journal.
+        os.environ["TQDM_DISABLE"] = "1"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -117,8 +117,13 @@ def sha256_of(path: Path) -> str:
 
 
 def transfers(hub: Hub) -> list[dict[str, Any]]:
-    """Requests that moved file bytes (resolve and CDN GETs), as opposed to API listings."""
-    return [r for r in hub.requests() if r["method"] == "GET" and not r["path"].startswith("/api/")]
+    """Requests that moved file bytes, as opposed to listings: Hugging Face resolve and CDN GETs,
+    ModelScope's `/api/v1/models/{repo}/repo?FilePath=` and CDN GETs."""
+
+    def listing(path: str) -> bool:
+        return path.startswith("/api/") and "/repo?" not in path
+
+    return [r for r in hub.requests() if r["method"] == "GET" and not listing(r["path"])]
 
 
 def leftovers(local_dir: Path) -> list[str]:
@@ -146,3 +151,9 @@ def make_copies(state_dir: Path, root: Path, revisions: tuple[str, ...]) -> dict
 def copy_model(source: Path, target: Path) -> None:
     """A copy with the mtimes kept (copy2), as the manifest recorded them."""
     shutil.copytree(source, target, copy_function=shutil.copy2)
+
+
+def journal(run: Runner) -> list[str]:
+    """The files an interrupted run had verified and placed (its journal in staging)."""
+    path = run.local_dir / ".sparkfleet-staging" / "verified.jsonl"
+    return [json.loads(line)["path"] for line in path.read_text().splitlines()] if path.exists() else []

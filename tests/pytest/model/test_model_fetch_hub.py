@@ -10,7 +10,18 @@ import subprocess
 import time
 from pathlib import Path
 
-from model_fetch_helpers import GATED, MODEL, TOKEN, Hub, Runner, copy_model, leftovers, sha256_of, transfers
+from model_fetch_helpers import (
+    GATED,
+    MODEL,
+    TOKEN,
+    Hub,
+    Runner,
+    copy_model,
+    journal,
+    leftovers,
+    sha256_of,
+    transfers,
+)
 
 SHARD = "model-00004-of-00004.safetensors"
 OWN = ("SHA256SUMS", "sparkfleet-manifest.json")
@@ -147,7 +158,8 @@ def test_killed_mid_file_the_rerun_completes_and_leaves_no_partials(run: Runner,
     wait_for(a_third_done)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    before = json.loads(run.state_file.read_text())
+    placed_before = journal(run)
+    assert placed_before, "the kill was meant to land after some files were placed"
     partials = list(run.local_dir.rglob("*.incomplete"))
     assert partials, "the kill was meant to land mid-file"
     assert not (run.local_dir / "sparkfleet-manifest.json").exists()
@@ -158,9 +170,9 @@ def test_killed_mid_file_the_rerun_completes_and_leaves_no_partials(run: Runner,
     assert_complete(run.local_dir, hub)
     assert leftovers(run.local_dir) == []
     # Files placed before the kill are not fetched again: only the ones in flight are lost.
-    assert set(after.state["fetched"]).isdisjoint(before["fetched"])
+    assert set(after.state["fetched"]) == set(hub.files()) - set(placed_before)
     total = sum(f["size"] for f in hub.files().values())
-    placed = sum(hub.files()[p]["size"] for p in before["fetched"])
+    placed = sum(hub.files()[p]["size"] for p in placed_before)
     assert after.state["bytes_downloaded"] == total - placed
 
 
