@@ -6,16 +6,25 @@ transient systemd unit, so a dropped SSH connection does not stop it. The transf
 official clients (or, in seed mode, plain HTTP from another box's verified copy); the verification
 is ours, because the clients do not give the guarantees the role needs:
 
-- huggingface_hub 2.4.0 checks a downloaded body by size only (file_download.py:483-489, the
+- huggingface_hub 2.4.0 checks a downloaded body by size only (file_download.py:490-495, the
   "Consistency check failed" size test) and, in local_dir mode, trusts a file whose metadata names
   the pinned commit without reading it (file_download.py:1342-1359).
 - huggingface_hub 2.4.0 downloads into `<etag>.<uuid>.incomplete`, a name unique to the process
-  (file_download.py:1993-2002), so a killed run's partial file is never resumed and stays behind.
+  (file_download.py:1996-2004), so a killed run's partial file is never resumed and stays behind.
 
 So every file goes to a staging directory, is hashed (sha256 against the listing's `lfs.oid` or
 ModelScope's `Sha256`, the git blob sha1 for small Hugging Face files), and only then renamed into
 place. The manifest `sparkfleet-manifest.json` and `SHA256SUMS` describe what is in place; a quick
 re-run compares size and mtime with the manifest and reads no file and transfers nothing.
+
+A killed run (SIGKILL, power loss) loses only the files in flight: every file placed is recorded
+at once in a journal in the staging directory, which the next run trusts like the manifest. With
+the Hugging Face source the files in flight (at most WORKERS) start again from 0, as the client
+cannot resume across processes; the stale partials are deleted. The client's own Range resume
+was not re-implemented here: it would bypass the client for the bytes that matter most, for at
+most WORKERS files' worth of transfer. ModelScope's client resumes its `<file>.incomplete` with
+Range, and seed mode resumes its `.part` files with Range when the server honours it (the
+stdlib's http.server does not: then the file restarts); resumed bytes are hashed with the rest.
 
 Exit 0 on success, 1 on failure; the state file (--state) and the last stderr line say why.
 """
@@ -31,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -67,7 +77,8 @@ KINDS = (
     "DiskFull",
     "HashMismatch",
     "SeedUnreachable",
-    "Unexpected",
+    "Unexpected",  # an error none of the above describes (message: its class and text)
+    "Interrupted",  # stopped by SIGTERM
 )
 
 
@@ -75,6 +86,8 @@ class FetchError(Exception):
     """A failure the user can act on: `kind` is one of KINDS, the message says what to do."""
 
     def __init__(self, kind: str, message: str) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown error kind {kind!r}")
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -341,7 +354,7 @@ def state_writer(state: State) -> Iterator[None]:
 
 
 # Which repo file the current worker thread downloads: the Hugging Face client creates its
-# progress bar inside the calling thread (file_download.py:444-453) and names it only by a
+# progress bar inside the calling thread (file_download.py:447-456) and names it only by a
 # shortened display name, so the thread tells the bar whose bytes it counts.
 _CURRENT = threading.local()
 
@@ -351,7 +364,7 @@ class ByteCounter:
 
     huggingface_hub 2.4.0 instantiates classes that do not subclass its tqdm with the bar's keyword
     arguments only (utils/tqdm.py:336-338) and calls update(n) per chunk, with a negative n when a
-    server ignored a Range request (file_download.py:400-411).
+    server ignored a Range request (file_download.py:403-415).
     """
 
     state: State | None = None  # set by the source before downloads start
@@ -408,8 +421,8 @@ class HuggingFaceSource(Source):
         from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
 
         api = HfApi(endpoint=self.endpoint, token=self.token or False)
-        # GET /api/models/{repo}/revision/{rev} -> "sha" (hf_api.py:3197-3212), then the recursive
-        # tree at that commit, whose entries carry lfs.oid = sha256 and the git blob id (hf_api.py:727-734).
+        # GET /api/models/{repo}/revision/{rev} -> "sha" (hf_api.py:3202-3212), then the recursive
+        # tree at that commit, whose entries carry lfs.oid = sha256 and the git blob id (hf_api.py:713-717).
         commit = api.model_info(self.repo, revision=self.revision).sha
         if not commit:
             raise FetchError("RevisionNotFound", f"{self.endpoint} named no commit for revision {self.revision!r}")
@@ -808,7 +821,7 @@ def clean_leftovers(local_dir: Path, keep: set[str]) -> None:
     Kept: seed `.part` files and ModelScope `.incomplete` files of files this run fetches (both
     resumed with Range), and the journal of verified files.
     """
-    # huggingface_hub's partials carry a per-process uuid (file_download.py:1993-2002): never resumed.
+    # huggingface_hub's partials carry a per-process uuid (file_download.py:1996-2004): never resumed.
     for cache in (local_dir / ".cache" / "huggingface" / "download", local_dir / STAGING / ".cache"):
         for stale in cache.rglob("*.incomplete") if cache.is_dir() else []:
             stale.unlink(missing_ok=True)
@@ -1004,23 +1017,50 @@ def disk_error(error: BaseException) -> FetchError | None:
     return None
 
 
+def on_sigterm(state: State) -> None:
+    """`systemctl stop`: say so in the state file and end now. Waiting for the worker threads could
+    outlast systemd's stop timeout; what they leave is what a kill leaves, cleaned by the next run."""
+
+    def handler(signum: int, frame: object) -> None:
+        state.phase = "failed"
+        state.error = {"kind": "Interrupted", "message": "stopped by SIGTERM; the next run continues where it was"}
+        with contextlib.suppress(OSError):
+            state.write()
+        print(f"Interrupted: {state.error['message']}", file=sys.stderr, flush=True)
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def summary(state: State, seconds: float) -> str:
+    snap = state.snapshot()
+    return (
+        f"done: commit {snap['commit']}, {snap['files_total']} files, {len(snap['fetched'])} fetched, "
+        f"{len(snap['repaired'])} repaired, {snap['bytes_downloaded']} bytes downloaded in {seconds:.1f} s, "
+        f"changed={snap['changed']}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     set_client_env(args.source, args.endpoint)
     state = State(None if args.plan else args.state)
-    try:
-        with state_writer(state) if not args.plan else contextlib.nullcontext():
-            try:
-                return run(args, state)
-            except FetchError as error:
-                state.phase = "failed"
-                state.error = {"kind": error.kind, "message": error.message}
-                if args.plan:
-                    print(json.dumps({"error": state.error}))
-                print(f"{error.kind}: {error.message}", file=sys.stderr)
-                return 1
-    except KeyboardInterrupt:
-        return 130
+    began = time.monotonic()
+    if not args.plan:
+        on_sigterm(state)
+    with state_writer(state) if not args.plan else contextlib.nullcontext():
+        try:
+            code = run(args, state)
+        except FetchError as error:
+            state.phase = "failed"
+            state.error = {"kind": error.kind, "message": error.message}
+            if args.plan:
+                print(json.dumps({"error": state.error}))
+            print(f"{error.kind}: {error.message}", file=sys.stderr)
+            return 1
+    if not args.plan:
+        print(summary(state, time.monotonic() - began), flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -262,3 +262,21 @@ def test_include_and_exclude_select_files(run: Runner, hub: Hub):
     expected = sorted(p for p in hub.files() if p.endswith(".json") and not p.startswith("tokenizer"))
     assert sorted(result.state["fetched"]) == expected
     assert not any((run.local_dir / p).exists() for p in hub.files() if p not in expected)
+
+
+def test_sigterm_is_reported_and_the_next_run_continues(run: Runner, hub: Hub):
+    hub.faults(throttle_bps=5_000_000)
+    process = run.popen("--include", "model-00001-*")
+    wait_for(lambda: run.state_file.exists() and json.loads(run.state_file.read_text())["bytes_done"] > 0)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=10)
+    assert process.returncode == 143
+    state = json.loads(run.state_file.read_text())
+    assert state["phase"] == "failed" and state["error"]["kind"] == "Interrupted"
+    assert stderr.strip().splitlines()[-1].startswith("Interrupted: ")
+
+    hub.faults(reset=True)
+    again = run("--include", "model-00001-*")
+    assert again.rc == 0, again.stderr
+    assert again.stdout.startswith("done: commit ")
+    assert leftovers(run.local_dir) == []
