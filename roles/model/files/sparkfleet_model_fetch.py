@@ -276,6 +276,8 @@ class State:
     changed: bool = False
     error: dict[str, str] | None = None
     inflight: dict[str, int] = field(default_factory=dict)
+    checked_files: int = 0  # bytes of the files already checked (phase "checking")
+    checked_bytes: int = 0  # the same plus the bytes hashed of the file being checked
     samples: list[tuple[float, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -284,6 +286,15 @@ class State:
         with self.lock:
             self.inflight[path] = max(0, self.inflight.get(path, 0) + count)
             self.bytes_downloaded += count
+
+    def checked(self, count: int, whole_file: bool = False) -> None:
+        """Bytes read while checking; a whole file's size once it is decided (read or not)."""
+        with self.lock:
+            if whole_file:
+                self.checked_files += count
+                self.checked_bytes = self.checked_files
+            else:
+                self.checked_bytes += count
 
     def resumed(self, path: str, count: int) -> None:
         """Bytes of a partial from an earlier run: done, but not downloaded by this run."""
@@ -308,7 +319,10 @@ class State:
             self.samples = [s for s in self.samples if now - s[0] <= 10.0] + [(now, self.bytes_downloaded)]
             (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
             rate = (b1 - b0) / (t1 - t0) if t1 - t0 >= 0.5 else 0.0
-            done = min(self.bytes_total, self.bytes_verified + sum(self.inflight.values()))
+            if self.phase == "checking":
+                done = min(self.bytes_total, self.checked_bytes)
+            else:
+                done = min(self.bytes_total, self.bytes_verified + sum(self.inflight.values()))
             eta = (self.bytes_total - done) / rate if rate > 0 else None
             return {
                 "phase": self.phase,
@@ -753,7 +767,17 @@ def trusted(remote: RemoteFile, entry: dict[str, Any] | None, stat: os.stat_resu
     return entry.get("commit") == commit or (remote.git_sha1 is not None and entry.get("git_sha1") == remote.git_sha1)
 
 
-def check_file(local_dir: Path, remote: RemoteFile, entry: dict[str, Any] | None, commit: str, full: bool) -> PlanEntry:
+def check_file(  # noqa: PLR0913 - the facts one check needs
+    local_dir: Path,
+    remote: RemoteFile,
+    entry: dict[str, Any] | None,
+    commit: str,
+    *,
+    full: bool,
+    on_chunk: Callable[[int], None] | None = None,
+) -> PlanEntry:
+    """keep (verified, by size+mtime or by hash), fetch (missing, or an older revision's verified
+    copy) or repair (anything else: truncated, altered, a symlink)."""
     path = local_dir / remote.path
     try:
         stat = path.lstat()
@@ -766,7 +790,7 @@ def check_file(local_dir: Path, remote: RemoteFile, entry: dict[str, Any] | None
         return PlanEntry(remote, "fetch")  # the verified copy of an older revision: an update, not a repair
     if not path.is_file() or path.is_symlink() or stat.st_size != remote.size:
         return PlanEntry(remote, "fetch" if unchanged else "repair")
-    hashes = hash_file(path)
+    hashes = hash_file(path, on_chunk)
     if matches(remote, hashes):
         return PlanEntry(remote, "keep", entry_for(path, remote.path, hashes, commit))
     # Intact as an earlier run verified it, but another revision's content: an update.
@@ -774,8 +798,18 @@ def check_file(local_dir: Path, remote: RemoteFile, entry: dict[str, Any] | None
     return PlanEntry(remote, "fetch" if intact else "repair")
 
 
-def make_plan(local_dir: Path, listing: Listing, known: dict[str, dict[str, Any]], full: bool) -> list[PlanEntry]:
-    return [check_file(local_dir, f, known.get(f.path), listing.commit, full) for f in listing.files]
+def make_plan(
+    local_dir: Path, listing: Listing, known: dict[str, dict[str, Any]], full: bool, state: State | None = None
+) -> list[PlanEntry]:
+    """Check every listed file; with a state, bytes_done counts the bytes checked (a full verify of
+    a large model reads for minutes, and the role shows that progress too)."""
+    plan = []
+    for remote in listing.files:
+        hook = state.checked if state else None
+        plan.append(check_file(local_dir, remote, known.get(remote.path), listing.commit, full=full, on_chunk=hook))
+        if state:
+            state.checked(remote.size, whole_file=True)
+    return plan
 
 
 def free_bytes(local_dir: Path) -> int:
@@ -976,7 +1010,7 @@ def run(args: argparse.Namespace, state: State) -> int:
         state.files_total = len(listing.files)
         state.phase = "checking"
         known = known_entries(manifest, load_journal(local_dir))
-        plan = make_plan(local_dir, listing, known, args.verify == "full")
+        plan = make_plan(local_dir, listing, known, args.verify == "full", state)
         to_fetch = sum(p.remote.size for p in plan if p.action != "keep")
         if args.plan:
             print(json.dumps(plan_output(listing, plan, free_bytes(local_dir), args.disk_margin_bytes)))

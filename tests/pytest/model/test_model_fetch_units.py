@@ -327,3 +327,22 @@ def test_wrapped_errors_are_mapped_by_their_cause():
             raise ValueError("Force download failed due to the above error.") from error
     except ValueError as outer:
         assert source.map_error(outer).kind == "GatedRepo"
+
+
+def test_checking_reports_the_bytes_read(tmp_path: Path):
+    state = fm.State(None)
+    first, _ = verified(tmp_path, os.urandom(3000), "a")
+    second = remote_for(os.urandom(2000), "b")  # not there: decided without reading
+    state.bytes_total = 5000
+    state.phase = "checking"
+    seen = []
+    original = state.checked
+
+    def spy(count: int, whole_file: bool = False) -> None:
+        original(count, whole_file)
+        seen.append(state.snapshot()["bytes_done"])
+
+    state.checked = spy
+    plan = fm.make_plan(tmp_path, listing(first, second), {}, full=True, state=state)
+    assert [p.action for p in plan] == ["keep", "fetch"]
+    assert seen == [3000, 3000, 5000]  # hashed bytes of "a", then "a" decided, then "b" decided
