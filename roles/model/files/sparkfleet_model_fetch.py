@@ -1,4 +1,6 @@
-#!/usr/bin/env python3
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Download model weights once, verify every byte, and keep a manifest (sparkfleet.serving.model).
 
 Runs ON THE BOX with the model venv's python (huggingface_hub==2.4.0, modelscope==1.40.0), inside a
@@ -842,7 +844,7 @@ def check_disk(local_dir: Path, to_fetch: int, margin: int) -> None:
             "DiskFull",
             f"{to_fetch} bytes ({gib(to_fetch)}) still to download plus a margin of {margin} bytes ({gib(margin)}) "
             f"need {to_fetch + margin} bytes, but the filesystem of {local_dir} has {free} bytes ({gib(free)}) free. "
-            "Free space there, or point model_dir at a larger disk.",
+            "Free space there, or point model_local_dir at a larger disk (or lower model_disk_margin_bytes).",
         )
 
 
@@ -1047,7 +1049,7 @@ def tidy_failed(local_dir: Path) -> None:
 
 def disk_error(error: BaseException) -> FetchError | None:
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return FetchError("DiskFull", f"the disk filled up while writing: {error}. Free space or move model_dir.")
+        return FetchError("DiskFull", f"the disk filled up while writing: {error}. Free space or move model_local_dir.")
     return None
 
 

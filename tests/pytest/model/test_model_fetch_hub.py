@@ -193,7 +193,7 @@ def test_too_little_disk_fails_before_any_transfer(run: Runner, hub: Hub):
     assert result.rc == 1 and result.kind == "DiskFull"
     message = result.state["error"]["message"]
     total = sum(f["size"] for f in hub.files().values())
-    assert f"{total} bytes" in message and "free" in message and "model_dir" in message
+    assert f"{total} bytes" in message and "free" in message and "model_local_dir" in message
     assert transfers(hub) == []
     assert not run.local_dir.exists()
 
@@ -269,7 +269,7 @@ def test_sigterm_is_reported_and_the_next_run_continues(run: Runner, hub: Hub):
     process = run.popen("--include", "model-00001-*")
     wait_for(lambda: run.state_file.exists() and json.loads(run.state_file.read_text())["bytes_done"] > 0)
     process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=10)
+    stderr = process.communicate(timeout=10)[1]
     assert process.returncode == 143
     state = json.loads(run.state_file.read_text())
     assert state["phase"] == "failed" and state["error"]["kind"] == "Interrupted"

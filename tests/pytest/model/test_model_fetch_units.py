@@ -118,11 +118,11 @@ def test_missing_truncated_and_unknown_files(tmp_path: Path):
 
 
 def test_an_older_revisions_verified_file_is_an_update_not_a_repair(tmp_path: Path):
-    _, entry = verified(tmp_path, b"old content", commit=OTHER)
+    _remote, entry = verified(tmp_path, b"old content", commit=OTHER)
     new = remote_for(b"new content, longer")
     assert fm.check_file(tmp_path, new, entry, COMMIT, full=False).action == "fetch"
     small_new = remote_for(b"new", "config.json", lfs=False)
-    _, small_entry = verified(tmp_path, b"old", "config.json", lfs=False, commit=OTHER)
+    _remote, small_entry = verified(tmp_path, b"old", "config.json", lfs=False, commit=OTHER)
     assert fm.check_file(tmp_path, small_new, small_entry, COMMIT, full=False).action == "fetch"
 
 
@@ -143,7 +143,7 @@ def test_a_symlink_is_replaced_by_a_plain_file(tmp_path: Path):
 
 
 def test_manifest_and_sums_are_rewritten_only_when_they_change(tmp_path: Path):
-    _, entry = verified(tmp_path, b"weights")
+    _remote, entry = verified(tmp_path, b"weights")
     assert fm.write_manifest(tmp_path, listing(), [entry]) is True
     manifest = json.loads((tmp_path / fm.MANIFEST).read_text())
     assert set(manifest) == {
@@ -159,7 +159,7 @@ def test_manifest_and_sums_are_rewritten_only_when_they_change(tmp_path: Path):
 
 
 def test_a_manifest_of_another_repo_or_source_proves_nothing(tmp_path: Path):
-    _, entry = verified(tmp_path, b"weights")
+    _remote, entry = verified(tmp_path, b"weights")
     fm.write_manifest(tmp_path, listing(), [entry])
     assert fm.load_manifest(tmp_path, "huggingface", "org/model") is not None
     assert fm.load_manifest(tmp_path, "huggingface", "org/other") is None
@@ -169,7 +169,7 @@ def test_a_manifest_of_another_repo_or_source_proves_nothing(tmp_path: Path):
 
 def test_the_journal_of_an_interrupted_run_counts_as_verified(tmp_path: Path):
     (tmp_path / fm.STAGING).mkdir()
-    _, entry = verified(tmp_path, b"weights")
+    _remote, entry = verified(tmp_path, b"weights")
     fm.journal_add(tmp_path, entry)
     (tmp_path / fm.STAGING / fm.JOURNAL).open("a").write('{"truncated line')
     known = fm.known_entries(None, fm.load_journal(tmp_path))
@@ -206,7 +206,7 @@ def test_plan_output_and_disk_check(tmp_path: Path):
     with pytest.raises(fm.FetchError) as error:
         fm.check_disk(tmp_path / "not" / "yet", 10**6, 10**18)
     assert error.value.kind == "DiskFull"
-    assert "1000000 bytes" in error.value.message and "model_dir" in error.value.message
+    assert "1000000 bytes" in error.value.message and "model_local_dir" in error.value.message
     fm.check_disk(tmp_path, 0, 10**18)  # nothing to fetch needs no space
 
 
@@ -331,7 +331,7 @@ def test_wrapped_errors_are_mapped_by_their_cause():
 
 def test_checking_reports_the_bytes_read(tmp_path: Path):
     state = fm.State(None)
-    first, _ = verified(tmp_path, os.urandom(3000), "a")
+    first, _entry = verified(tmp_path, os.urandom(3000), "a")
     second = remote_for(os.urandom(2000), "b")  # not there: decided without reading
     state.bytes_total = 5000
     state.phase = "checking"
