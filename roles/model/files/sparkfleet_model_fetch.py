@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import errno
 import fnmatch
+import functools
 import hashlib
 import json
 import os
@@ -453,6 +454,10 @@ class HuggingFaceSource(Source):
         from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
         ByteCounter.state = self.state
+        part = staging / f"{remote.path}.part"
+        if part.is_file() and 0 < part.stat().st_size < remote.size:
+            return self.resume(remote, commit, part)
+        part.unlink(missing_ok=True)
         # local_dir mode writes plain files (no symlinks into a blob store); the revision is the
         # resolved commit, so the bytes cannot change under us between listing and download.
         return Path(
@@ -466,6 +471,39 @@ class HuggingFaceSource(Source):
                 tqdm_class=ByteCounter,
             )
         )
+
+    def resume(self, remote: RemoteFile, commit: str, part: Path) -> Path:
+        """Continue a partial a killed run left, with the client's own transfer function.
+
+        huggingface_hub >= 1.18 never resumes across processes (its partial names carry a uuid,
+        file_download.py:1996-2004), but its http_get resumes within a process by Range and copes
+        with a server that ignores it (file_download.py:334-415). The partial is adopted by
+        adopt_hf_partials() and its bytes are hashed with the rest before the file is used.
+        """
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url  # noqa: PLC0415
+        from huggingface_hub.file_download import http_get  # noqa: PLC0415
+        from huggingface_hub.utils import build_hf_headers  # noqa: PLC0415
+
+        url = hf_hub_url(self.repo, remote.path, revision=commit, endpoint=self.endpoint)
+        token = self.token or False
+        meta = get_hf_file_metadata(url, token=token, endpoint=self.endpoint)  # HEAD: the CDN location
+        headers = build_hf_headers(token=token)
+        if urllib.parse.urlsplit(meta.location).netloc != urllib.parse.urlsplit(url).netloc:
+            headers.pop("authorization", None)  # as the client does for a CDN (file_download.py:1818-1822)
+        have = part.stat().st_size
+        self.state.resumed(remote.path, have)
+        with part.open("r+b") as handle:
+            handle.seek(have)
+            http_get(
+                meta.location,
+                handle,
+                resume_size=have,
+                headers=headers,
+                expected_size=remote.size,
+                displayed_filename=remote.path,
+                tqdm_class=ByteCounter,
+            )
+        return part
 
     def map_error(self, error: BaseException | None) -> FetchError | None:
         # The client wraps some errors (file_download.py:1932-1966): the cause may be the telling one.
@@ -576,16 +614,19 @@ class ModelScopeSource(Source):
 
     name = "modelscope"
 
-    def api(self) -> Any:
+    @functools.cached_property
+    def hub_api(self) -> Any:
+        """One client for the run, shared by the worker threads as modelscope's own snapshot download
+        shares its DownloadManager (_download.py:1257-1267); one per file would repeat its region probe."""
         from modelscope_hub import HubApi  # noqa: PLC0415 - after set_client_env(), see HuggingFaceSource
 
-        # token="" means "no token" and keeps a stored credential out (modelscope_hub config.py:148-156).
+        # token="" means "no token" and keeps a stored credential out (modelscope_hub config.py:151-161).
         return HubApi(endpoint=self.endpoint, token=self.token or "")
 
     def listing(self) -> Listing:
         import modelscope_hub as ms  # noqa: PLC0415
 
-        api = self.api()
+        api = self.hub_api
         try:
             raw = api.legacy.list_repo_files(self.repo, "model", revision=self.revision, recursive=True)
         except ms.NotExistError as error:
@@ -599,10 +640,10 @@ class ModelScopeSource(Source):
 
     def fetch(self, remote: RemoteFile, commit: str, staging: Path) -> Path:
         ProgressCounter.state = self.state
-        # The client resumes its own `<file>.incomplete` with Range (_download.py:343-345, 1699-1712),
+        # The client resumes its own `<file>.incomplete` with Range (_download.py:343-345, 1892),
         # so those partials are kept across runs (clean_leftovers). Its own sha256 check is left off:
         # ours follows, and one wrong body must not cost the client's backoff retries.
-        path = self.api().downloader.download_file(
+        path = self.hub_api.downloader.download_file(
             repo_id=self.repo,
             repo_type="model",
             file_path=remote.path,
@@ -851,13 +892,33 @@ def check_disk(local_dir: Path, to_fetch: int, margin: int) -> None:
 # --------------------------------------------------------------------------- cleaning
 
 
+def adopt_hf_partials(local_dir: Path, plan: list[PlanEntry]) -> None:
+    """Move the Hugging Face client's partial of each file still to fetch to `<path>.part` in staging,
+    where HuggingFaceSource.resume() continues it. The client names a partial
+    `<hash>.<etag>.<uuid>.incomplete` (_local_folder.py:93-96, file_download.py:2004), and an LFS
+    file's etag is its sha256 (X-Linked-Etag), which the listing gives: the largest one is kept."""
+    staging = local_dir / STAGING
+    cache = staging / ".cache" / "huggingface" / "download"
+    if not cache.is_dir():
+        return
+    for item in plan:
+        if item.action == "keep" or not item.remote.sha256:
+            continue
+        partials = sorted(cache.rglob(f"*.{item.remote.sha256}.*.incomplete"), key=lambda p: p.stat().st_size)
+        if partials and 0 < partials[-1].stat().st_size < item.remote.size:
+            target = staging / f"{item.remote.path}.part"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(partials[-1], target)
+
+
 def clean_leftovers(local_dir: Path, keep: set[str]) -> None:
     """Remove what a killed run left: partials no run can resume, staged files never verified.
 
-    Kept: seed `.part` files and ModelScope `.incomplete` files of files this run fetches (both
-    resumed with Range), and the journal of verified files.
+    Kept: `.part` files (seed, and Hugging Face partials adopt_hf_partials() moved there) and
+    ModelScope `.incomplete` files of files this run fetches (all resumed with Range), and the
+    journal of verified files.
     """
-    # huggingface_hub's partials carry a per-process uuid (file_download.py:1996-2004): never resumed.
+    # Other huggingface_hub partials carry a per-process uuid (file_download.py:1996-2004): never resumed.
     for cache in (local_dir / ".cache" / "huggingface" / "download", local_dir / STAGING / ".cache"):
         for stale in cache.rglob("*.incomplete") if cache.is_dir() else []:
             stale.unlink(missing_ok=True)
@@ -1019,6 +1080,7 @@ def run(args: argparse.Namespace, state: State) -> int:
             return 0
         check_disk(local_dir, to_fetch, args.disk_margin_bytes)
         local_dir.mkdir(parents=True, exist_ok=True)
+        adopt_hf_partials(local_dir, plan)
         clean_leftovers(local_dir, resumable_names(plan))
         kept = [p.entry for p in plan if p.action == "keep" and p.entry]
         state.bytes_verified = sum(p.remote.size for p in plan if p.action == "keep")
