@@ -63,6 +63,8 @@ STAGING = ".sparkfleet-staging"
 # size+mtime like manifest entries, so an interrupted download loses only the files in flight.
 JOURNAL = "verified.jsonl"
 OWN_FILES = frozenset({MANIFEST, SUMS})
+# The manifest keys that describe the copy in place (the others say where it came from, and when).
+IDENTITY = ("format", "source", "repo", "revision", "commit", "files")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 CHUNK = 8 * 1024 * 1024
 STATE_INTERVAL = 1.0  # seconds between state file rewrites (the interface promises at most 2 s)
@@ -247,10 +249,13 @@ def manifest_body(listing: Listing, entries: list[dict[str, Any]]) -> dict[str, 
 
 
 def write_manifest(local_dir: Path, listing: Listing, entries: list[dict[str, Any]]) -> bool:
-    """Write manifest + SHA256SUMS when their content changed; True if it did."""
+    """Write manifest + SHA256SUMS when what they describe changed; True if it did.
+
+    Where the bytes came from (endpoint, copied_from) is not compared: a copy taken from a seed and
+    checked later against the hub is still the same copy, and a re-run must report no change."""
     body = manifest_body(listing, sorted(entries, key=lambda e: e["path"]))
     old = read_json(local_dir / MANIFEST)
-    if isinstance(old, dict) and {**old, "written_at": None} == body and (local_dir / SUMS).is_file():
+    if isinstance(old, dict) and (local_dir / SUMS).is_file() and all(old.get(k) == body[k] for k in IDENTITY):
         return False
     body["written_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # sha256sum's text format: "<hash>  <name>" (two spaces: the second is the text-mode flag).

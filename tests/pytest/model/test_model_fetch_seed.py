@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from model_fetch_helpers import MODEL, Runner, copy_model, leftovers, sha256_of
+from model_fetch_helpers import MODEL, Runner, copy_model, leftovers, sha256_of, transfers
 
 SHARD = "model-00002-of-00004.safetensors"
 
@@ -90,6 +90,17 @@ def test_a_peer_copies_the_seed_and_verifies_it(tmp_path: Path, seed_dir: Path, 
     process.wait()
     again = run(**seed_args(seed_dir) | {"revision": seed_manifest["commit"]})
     assert again.rc == 0 and again.state["changed"] is False and again.state["bytes_downloaded"] == 0
+
+
+def test_a_seeded_copy_checked_against_the_hub_is_unchanged(tmp_path: Path, seed_dir: Path, http_server, hub):
+    run = peer(tmp_path, http_server[0])
+    assert run(**seed_args(seed_dir)).rc == 0
+    hub.clear_requests()
+    checked = run(endpoint=hub.url)  # the role's fallback source on a later run
+    assert checked.rc == 0, checked.stderr
+    assert checked.state["changed"] is False and checked.state["bytes_downloaded"] == 0
+    assert transfers(hub) == []
+    assert json.loads((run.local_dir / "sparkfleet-manifest.json").read_text())["copied_from"] == http_server[0]
 
 
 def test_an_unreachable_seed_is_named(tmp_path: Path):

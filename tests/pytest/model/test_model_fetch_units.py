@@ -151,6 +151,9 @@ def test_manifest_and_sums_are_rewritten_only_when_they_change(tmp_path: Path):
     }  # fmt: skip
     assert manifest["files"] == [{k: entry[k] for k in ("path", "size", "sha256", "mtime")}]
     assert fm.write_manifest(tmp_path, listing(), [entry]) is False
+    # Provenance alone (another endpoint, a seed) is no change to the copy in place.
+    seeded = fm.Listing(COMMIT, (), "huggingface", "org/model", "main", "http://mirror", copied_from="http://seed")
+    assert fm.write_manifest(tmp_path, seeded, [entry]) is False
     assert fm.write_manifest(tmp_path, listing(commit=OTHER), [entry]) is True
     sums = (tmp_path / fm.SUMS).read_text()
     assert sums == f"{hashlib.sha256(b'weights').hexdigest()}  w.safetensors\n"
