@@ -652,7 +652,9 @@ class ModelScopeSource(Source):
             repo_id=self.repo,
             repo_type="model",
             file_path=remote.path,
-            revision=commit if COMMIT_RE.match(commit) else self.revision,
+            # The revision as given, as modelscope's own download sends it (_download.py:1171-1186): the
+            # commit is derived from the listing, and a branch that moves meanwhile fails the hash check.
+            revision=self.revision,
             local_dir=staging,
             file_size=remote.size,
             progress_callbacks=[ProgressCounter],
