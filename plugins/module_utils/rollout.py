@@ -28,8 +28,7 @@ def flag_values(argv: list[str]) -> dict[str, str | None]:
     words before the first flag (the model path) to `model`."""
     values: dict[str, str | None] = {}
     flag = "model"
-    for word in argv:
-        word = str(word)
+    for word in map(str, argv):
         if word.startswith("--"):
             flag, _, value = word.partition("=")
             values[flag] = value or None
@@ -51,6 +50,16 @@ def argv_changes(before: list[str], after: list[str]) -> list[str]:
         elif old[flag] != new[flag]:
             changes.append(f"{flag} {shown.get(old[flag], old[flag])} -> {shown.get(new[flag], new[flag])}")
     return changes
+
+
+def env_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The environment by its record: key names and a hash of the values (never the values)."""
+    if before.get("env_sha256") == after.get("env_sha256"):
+        return []
+    old, new = set(before.get("env_keys") or []), set(after.get("env_keys") or [])
+    added, removed = sorted(new - old), sorted(old - new)
+    return ["environment changed" + (f", added {', '.join(added)}" if added else "")
+            + (f", removed {', '.join(removed)}" if removed else "")]
 
 
 def runs(record: dict[str, Any]) -> str:
@@ -75,8 +84,8 @@ def host_entry(host: str, outcome: dict[str, Any]) -> dict[str, Any]:
         "batch": outcome.get("batch"),
         "rolled_back": state in ("rolled_back", "rollback_failed"),
         "runs": now,
-        "changes": argv_changes(before.get("argv") or [], after.get("argv") or []) if state == "deployed" and before
-        else [],
+        "changes": argv_changes(before.get("argv") or [], after.get("argv") or []) + env_changes(before, after)
+        if state == "deployed" and before else [],
         "image_changed": bool(before and after and before.get("image_id") != after.get("image_id")),
         "why": failure.get("diagnosis") or ([failure["message"]] if failure.get("message") else []),
         "failed_task": failure.get("task"),

@@ -46,7 +46,8 @@ def test_a_rollout_stopped_by_a_rolled_back_box():
     assert summary["rolled_back"] == ["fleet-2"]
     assert summary["not_reached"] == ["fleet-3"]
     lines = summary["lines"]
-    assert lines[0].startswith("fleet-1: deployed and health-gated (batch 1); runs vllm/vllm-openai:v0.19.1-cu130 (aaaaaaaaaaaa)")
+    assert lines[0].startswith("fleet-1: deployed and health-gated (batch 1); "
+                               "runs vllm/vllm-openai:v0.19.1-cu130 (aaaaaaaaaaaa)")
     assert "changed: --gpu-memory-utilization 0.75 -> 0.8" in lines[0]
     assert "rolled back" in lines[1] and "why: Less free memory at start-up than asked for" in lines[1]
     assert lines[2].startswith("fleet-3: not reached")
@@ -75,3 +76,12 @@ def test_filter_refuses_what_is_not_outcomes(bad):
 def test_filter_refuses_hosts_that_are_not_names():
     with pytest.raises(AnsibleFilterError):
         rollout_summary({}, "fleet-1")
+
+
+def test_environment_changes_are_told_by_key_never_by_value():
+    before = {**record(OLD), "env_keys": ["A", "B"], "env_sha256": "1"}
+    after = {**record(OLD), "env_keys": ["A", "C"], "env_sha256": "2"}
+    entry = summarize({"x": {"state": "deployed", "before": before, "after": after}}, ["x"])["hosts"][0]
+    assert entry["changes"] == ["environment changed, added C, removed B"]
+    same = {**after, "env_sha256": "1", "env_keys": ["A", "B"]}
+    assert summarize({"x": {"state": "deployed", "before": before, "after": same}}, ["x"])["hosts"][0]["changes"] == []
