@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-GOOD = ("deployed", "unchanged")
+GOOD = ("deployed", "unchanged", "would_deploy")
 STATES = {
     "not_staged": "stopped in phase 1 (its checks or its staging failed, see above); nothing restarted",
     "staged": "not reached: the rollout stopped before its batch; untouched",
@@ -18,6 +18,7 @@ STATES = {
     "rolling_back": "lost during its rollback (unreachable?): its state is unknown",
     "deployed": "deployed and health-gated",
     "unchanged": "already ran this deployment; not restarted",
+    "would_deploy": "check mode: would be restarted with the change and health-gated",
     "rolled_back": "FAILED, rolled back to its last known-good deployment and health-gated again",
     "rollback_failed": "FAILED, and the rollback failed too: it may not serve",
 }
