@@ -150,8 +150,8 @@ def test_a_rollout_that_succeeds_everywhere(good_rollout):
     assert result.returncode == 0, result.stdout[-3000:]
     assert summary["complete"] is True
     hosts = by_host(summary)
-    assert [(hosts[n]["state"], hosts[n]["batch"]) for n in BOXES] == [("deployed", 1), ("deployed", 2),
-                                                                        ("deployed", 3)]
+    expected = [("deployed", 1), ("deployed", 2), ("deployed", 3)]
+    assert [(hosts[n]["state"], hosts[n]["batch"]) for n in BOXES] == expected
     for name in BOXES:
         info = inspect(name)
         assert (flag(info, "--max-num-seqs"), flag(info, "--gpu-memory-utilization")) == ("8", "0.75")
