@@ -31,8 +31,8 @@ def flag_values(argv: list[str]) -> dict[str, str | None]:
     flag = "model"
     for word in map(str, argv):
         if word.startswith("--"):
-            flag, _, value = word.partition("=")
-            values[flag] = value or None
+            flag = word.split("=", 1)[0]
+            values[flag] = word[len(flag) + 1:] or None
         elif values.get(flag) is None:
             values[flag] = word
     return values

@@ -89,7 +89,7 @@ def failed_rollout(tmp_path_factory):
 
 
 def test_the_failed_rollout_fails_the_run_and_says_why(failed_rollout):
-    _, result, summary = failed_rollout
+    result, summary = failed_rollout[1:]
     assert result.returncode != 0, result.stdout[-3000:]
     assert summary["complete"] is False
     hosts = by_host(summary)
@@ -104,7 +104,7 @@ def test_the_failed_rollout_fails_the_run_and_says_why(failed_rollout):
 
 
 def test_the_canary_went_first_and_runs_the_change(failed_rollout):
-    before, _, _ = failed_rollout
+    before = failed_rollout[0]
     canary, second = inspect("fleet-1"), inspect("fleet-2")
     assert flag(canary, "--gpu-memory-utilization") == "0.8"
     assert canary["Id"] != before["fleet-1"][0]["Id"]
@@ -115,7 +115,7 @@ def test_the_canary_went_first_and_runs_the_change(failed_rollout):
 
 
 def test_the_failing_box_is_back_on_its_known_good_deployment_and_serves(failed_rollout):
-    before, _, _ = failed_rollout
+    before = failed_rollout[0]
     info = inspect("fleet-2")
     old = before["fleet-2"][0]
     assert info["State"]["Running"] is True and info["Id"] != old["Id"]
@@ -130,7 +130,7 @@ def test_the_failing_box_is_back_on_its_known_good_deployment_and_serves(failed_
 
 
 def test_the_third_batch_was_never_touched(failed_rollout):
-    before, _, _ = failed_rollout
+    before = failed_rollout[0]
     info = inspect("fleet-3")
     assert info["Id"] == before["fleet-3"][0]["Id"]
     assert info["State"]["StartedAt"] == before["fleet-3"][0]["State"]["StartedAt"]
