@@ -184,5 +184,10 @@ def test_undo_puts_one_box_back_on_the_previous_deployment(good_rollout):
     assert serves("fleet-3")
 
 
-# The status and benchmark playbooks (playbooks/status.yml, playbooks/benchmark.yml) are to be
-# run against this fleet here, their JSON checked.
+# --- status and benchmark against the fleet --------------------------------------------------
+
+def test_status_and_benchmark_report_the_fleet():
+    """status-benchmark.yml runs playbooks/status.yml and playbooks/benchmark.yml and checks
+    their JSON against the boxes' own counters (its asserts are the test)."""
+    result = run_playbook(SCENARIO / "status-benchmark.yml")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
