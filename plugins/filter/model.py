@@ -10,14 +10,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan import plan
 
 
-def model_plan(listing: object, commit: str, manifest: object = None, found: object = None, local_dir: str = "",
-               include: list | None = None, exclude: list | None = None, free_bytes: object = None,
-               margin_bytes: object = 0) -> dict:
+def model_plan(listing: object, commit: str, **box: object) -> dict:
     """The hub's listing + the box's manifest and files -> the plan (see module_utils/model_plan.py)."""
     try:
-        return plan(listing, str(commit), manifest, found, str(local_dir), list(include or []), list(exclude or []),
-                    None if free_bytes in (None, "") else int(free_bytes), int(margin_bytes or 0))
-    except (TypeError, ValueError, KeyError) as exc:
+        return plan(listing, str(commit), box)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise AnsibleFilterError(f"model_plan: {exc}") from exc
 
 

@@ -45,7 +45,7 @@ def human_seconds(seconds: float | int | None) -> str:
     """3725 -> '1h02m05s'; None or not finite -> '?'."""
     if seconds is None or not math.isfinite(float(seconds)):
         return "?"
-    total = int(round(float(seconds)))
+    total = round(float(seconds))
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:
@@ -129,15 +129,22 @@ def file_action(entry: dict, commit: str, manifest_commit: str | None, recorded:
     return "keep" if untouched else "repair"
 
 
-def plan(listing: Any, commit: str, manifest: Any = None, found: Any = None, local_dir: str = "",
-         include: list[str] | None = None, exclude: list[str] | None = None,
-         free_bytes: int | None = None, margin_bytes: int = 0) -> dict:
-    """The download plan of one box: every selected file with its action, the totals and the disk verdict."""
-    manifest_commit, recorded = manifest_files(manifest)
-    present = disk_files(found, local_dir)
+def plan(listing: Any, commit: str, box: dict | None = None) -> dict:
+    """The download plan of one box: every selected file with its action, the totals and the disk verdict.
+
+    box: manifest (parsed), found (ansible.builtin.find's files), local_dir, include, exclude,
+    free_bytes (None: not checked), margin_bytes.
+    """
+    box = box or {}
+    manifest_commit, recorded = manifest_files(box.get("manifest"))
+    present = disk_files(box.get("found"), str(box.get("local_dir") or ""))
+    include, exclude = list(box.get("include") or []), list(box.get("exclude") or [])
+    free = box.get("free_bytes")
+    free_bytes = None if free in (None, "") else int(free)
+    margin_bytes = int(box.get("margin_bytes") or 0)
     files = []
     for entry in normalize_listing(listing):
-        if entry["path"] in OWN_FILES or not selected(entry["path"], include or [], exclude or []):
+        if entry["path"] in OWN_FILES or not selected(entry["path"], include, exclude):
             continue
         action = file_action(entry, commit, manifest_commit, recorded.get(entry["path"]), present.get(entry["path"]))
         files.append({**entry, "action": action})
@@ -181,6 +188,7 @@ def progress_line(host: str, state: dict, elapsed: float) -> str:
     done, total = state.get("bytes_done"), state.get("bytes_total")
     percent = f"{100.0 * done / total:.1f}%" if isinstance(done, int) and total else "?%"
     rate = state.get("rate_bps")
+    speed = f"{human_bytes(rate)}/s" if rate is not None else "?/s"
     return (f"model: {host}: {phase} {human_bytes(done)} / {human_bytes(total)} ({percent}), "
-            f"{human_bytes(rate) + '/s' if rate is not None else '? /s'}, ETA {human_seconds(state.get('eta_seconds'))}, "
+            f"{speed}, ETA {human_seconds(state.get('eta_seconds'))}, "
             f"files {state.get('files_done', '?')}/{state.get('files_total', '?')}, {human_seconds(elapsed)} elapsed")
