@@ -1,0 +1,126 @@
+"""Repositories, revisions, tokens and fault switches: what the Hugging Face and ModelScope
+routes of the stand-in hub share."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+URL_LIFETIME = 3600
+
+
+class HubError(Exception):
+    """An error the Hub reports with a status, `X-Error-Code` and `X-Error-Message`
+    (read by huggingface_hub 2.4.0 utils/_http.py:871-872)."""
+
+    def __init__(self, status: int, code: str | None, message: str, commit: str | None = None,
+                 body: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.commit = status, code, message, commit
+        self.body = body  # a ModelScope-shaped body replaces the Hugging Face one
+
+
+@dataclass
+class Faults:
+    throttle_bps: int | None = None
+    cut_after_bytes: int | None = None
+    corrupt: bool = False
+    require_token: bool = False
+
+    def update(self, body: dict[str, Any]) -> None:
+        if body.get("reset"):
+            self.__init__()  # type: ignore[misc]
+        for key, kind in (("throttle_bps", int), ("cut_after_bytes", int), ("corrupt", bool), ("require_token", bool)):
+            if key not in body:
+                continue
+            value = body[key]
+            if value is not None and not isinstance(value, kind):
+                raise ValueError(f"{key}: expected {kind.__name__} or null, got {value!r}")
+            if kind is bool and value is None:
+                value = False
+            setattr(self, key, value)
+
+
+@dataclass
+class State:
+    repos: dict[str, Any]
+    blobs: Path
+    token: str
+    cdn_base: str
+    wheelhouse: Path | None
+    secret: bytes
+    faults: Faults = field(default_factory=Faults)
+    log: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, entry: dict[str, Any]) -> None:
+        with self.lock:
+            self.log.append(entry)
+
+
+# ---------------------------------------------------------------- repository look-ups
+
+def find_repo(state: State, repo_id: str) -> dict[str, Any]:
+    repo = state.repos.get(repo_id)
+    if repo is None:
+        # The real Hub answers a missing repo as it answers a private one (utils/_http.py:937-941).
+        raise HubError(401, "RepoNotFound", "Repository not found")
+    return repo
+
+
+def resolve_revision(repo: dict[str, Any], revision: str) -> str:
+    refs = repo["refs"]
+    commit = refs["branches"].get(revision) or refs["tags"].get(revision)
+    if commit is None and revision in repo["commits"]:
+        commit = revision
+    if commit is None:
+        raise HubError(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+    return commit
+
+
+def bearer(headers: Any) -> str | None:
+    value = headers.get("Authorization") or ""
+    return value[7:].strip() if value.lower().startswith("bearer ") else None
+
+
+def check_token(state: State, headers: Any, repo_id: str, repo: dict[str, Any], *, content: bool) -> None:
+    """Invalid tokens are refused everywhere; gated repos refuse their files (content=True) only:
+    metadata and listings of a gated repo stay public on the real Hub."""
+    token = bearer(headers)
+    if token is not None and token != state.token:
+        # The text huggingface_hub 2.4.0 utils/_http.py:935 tells apart from a missing repo.
+        raise HubError(401, None, "Invalid credentials in Authorization header")
+    if content and (repo["gated"] or state.faults.require_token) and token is None:
+        raise HubError(
+            401, "GatedRepo",
+            f"Access to model {repo_id} is restricted. You must have access to it and be authenticated"
+            " to access it. Please log in.",
+        )
+
+
+def commit_files(repo: dict[str, Any], commit: str) -> dict[str, dict[str, Any]]:
+    return repo["commits"][commit]["files"]
+
+
+def cdn_url(state: State, sha256: str, filename: str) -> str:
+    """A signed, expiring URL like the Hub's CDN links (path by content hash; the file name only
+    in response-content-disposition, which http_get reads for its progress bar, file_download.py:413-418)."""
+    expires = int(time.time()) + URL_LIFETIME
+    path = f"/repos/{sha256[:2]}/{sha256[2:4]}/{sha256}"
+    signature = hmac.new(state.secret, f"{path}:{expires}".encode(), hashlib.sha256).hexdigest()
+    disposition = quote(f"attachment; filename*=UTF-8''{filename}; filename=\"{filename}\";", safe="")
+    return f"{state.cdn_base}{path}?response-content-disposition={disposition}&Expires={expires}&Signature={signature}"
+
+
+def check_signature(state: State, path: str, query: dict[str, list[str]]) -> None:
+    expires = (query.get("Expires") or ["0"])[0]
+    signature = (query.get("Signature") or [""])[0]
+    good = hmac.new(state.secret, f"{path}:{expires}".encode(), hashlib.sha256).hexdigest()
+    if not expires.isdigit() or int(expires) < time.time() or not hmac.compare_digest(good, signature):
+        raise HubError(403, None, "Access denied: the CDN URL is not signed or has expired")
