@@ -48,8 +48,9 @@ def failure_message(state: dict, journal: list[str] | None, unit: str) -> str:
     error = state.get("error") or {}
     kind, message = error.get("kind"), error.get("message")
     if kind or message:
-        return f"The model download failed: {kind or 'error'}: {message or ''}".rstrip() + (
-            f" {HINTS[kind]}" if kind in HINTS else "")
+        # The program's own messages usually say what to do already; the hint names the variable otherwise.
+        hint = f" {HINTS[kind]}" if kind in HINTS and "model_" not in (message or "") else ""
+        return f"The model download failed: {kind or 'error'}: {message or ''}".rstrip() + hint
     tail = "\n".join((journal or [])[-20:])
     return (f"The model download stopped without saying why (state: {state.get('phase') or 'none'}); "
             f"`journalctl -u {unit}` on the box says:\n{tail}")
