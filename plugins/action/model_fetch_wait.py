@@ -18,10 +18,10 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan import human_bytes, progress_line
+from ansible_collections.sparkfleet.serving.plugins.module_utils.waiting import wait_slices
 
 display = Display()
 MODULE = "sparkfleet.serving.model_fetch_wait"
-MAX_PROGRESS_INTERVAL = 30.0
 
 # What to do about each error kind the download program reports, naming the role's variables.
 HINTS = {
@@ -65,15 +65,9 @@ class ActionModule(ActionBase):
         del tmp
         args = dict(self._task.args)
         try:
-            timeout = float(args.get("timeout", 21600))
-            slice_seconds = min(float(args.get("progress_interval", 25)), MAX_PROGRESS_INTERVAL)
-        except (TypeError, ValueError):
-            result.update(failed=True, msg=(
-                f"timeout {args.get('timeout')!r} / progress_interval {args.get('progress_interval')!r}: "
-                "expected numbers of seconds"))
-            return result
-        if slice_seconds <= 0:
-            result.update(failed=True, msg=f"progress_interval {slice_seconds} must be > 0 (at most 30)")
+            timeout, slice_seconds = wait_slices(args, 21600.0)
+        except ValueError as exc:
+            result.update(failed=True, msg=str(exc))
             return result
         host = (task_vars or {}).get("inventory_hostname", "?")
         unit = str(args.get("unit", "sparkfleet-model-fetch.service"))
