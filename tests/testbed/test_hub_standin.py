@@ -7,6 +7,7 @@ against what the clients wrote to disk.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import http.client
 import json
@@ -14,26 +15,32 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import httpx2  # huggingface_hub's HTTP client
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "hub-standin"))
-from hubproc import GATED, MODEL, TOKEN, Hub, hub_fixture, hub_state_dir_fixture  # noqa: F401  (fixtures)
-
-huggingface_hub = pytest.importorskip("huggingface_hub")
-import httpx2  # noqa: E402  (huggingface_hub's HTTP client)
-from huggingface_hub import HfApi, hf_hub_download, snapshot_download  # noqa: E402
-from huggingface_hub.errors import (  # noqa: E402
+import requests  # modelscope's HTTP client
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
     HfHubHTTPError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from modelscope import snapshot_download as ms_snapshot_download
+from modelscope.hub.api import HubApi as MsApi
+from modelscope_hub.errors import FileDownloadError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "hub-standin"))
+from hubproc import GATED, MODEL, TOKEN, Hub, hub_fixture, hub_state_dir_fixture
+
+# pytest finds the fixtures `hub` and `hub_state_dir` as names of this module.
+FIXTURES = (hub_fixture, hub_state_dir_fixture)
 
 SHARD = "model-00004-of-00004.safetensors"
 
@@ -123,8 +130,8 @@ def test_model_info_and_tree_carry_the_hashes(hub: Hub, tmp_path: Path) -> None:
     (MODEL, "main", "no-such-file.json", EntryNotFoundError),
     (GATED, "main", "config.json", GatedRepoError),
 ], ids=lambda case: case[3].__name__)
-def test_errors_surface_as_the_clients_exceptions(hub: Hub, tmp_path: Path,
-                                                   case: tuple[str, str, str, type[Exception]]) -> None:
+def test_errors_surface_as_the_clients_exceptions(
+        hub: Hub, tmp_path: Path, case: tuple[str, str, str, type[Exception]]) -> None:
     repo, revision, filename, error = case
     with pytest.raises(error):
         hf_hub_download(repo, filename, revision=revision, local_dir=tmp_path, endpoint=hub.url, token=False)
@@ -250,13 +257,10 @@ def test_bad_fault_values_are_refused(hub: Hub) -> None:
 
 # ---------------------------------------------------------------- ModelScope
 
-modelscope = pytest.importorskip("modelscope")
-
 
 def ms_download(hub: Hub, tmp_path: Path, repo: str = MODEL, **kwargs: Any) -> Path:
     """modelscope's snapshot_download, pointed at the stand-in by its endpoint argument."""
-    from modelscope import snapshot_download as ms_snapshot  # noqa: PLC0415  (optional dependency)
-    return Path(ms_snapshot(repo, endpoint=hub.url, cache_dir=str(tmp_path / "ms-cache"), **kwargs))
+    return Path(ms_snapshot_download(repo, endpoint=hub.url, cache_dir=str(tmp_path / "ms-cache"), **kwargs))
 
 
 def test_modelscope_cli_downloads_every_file(hub: Hub, tmp_path: Path) -> None:
@@ -279,7 +283,6 @@ def test_modelscope_downloads_each_revision(hub: Hub, tmp_path: Path, revision: 
 
 
 def test_modelscope_revision_and_model_apis(hub: Hub) -> None:
-    from modelscope.hub.api import HubApi as MsApi  # noqa: PLC0415  (optional dependency)
     api = MsApi(endpoint=hub.url)
     assert api.get_model_branches_and_tags(MODEL) == (["master"], ["v1"])
     assert api.get_valid_revision(MODEL, revision="v1") == "v1"
@@ -293,16 +296,14 @@ def test_modelscope_revision_and_model_apis(hub: Hub) -> None:
     (MODEL, {"revision": "no-such-branch"}, "Revision no-such-branch does not exist"),
     (GATED, {"token": "wrong"}, "AccessToken is invalid or expired"),
 ], ids=["repo", "revision", "bad-token"])
-def test_modelscope_errors_carry_the_status_and_message(hub: Hub, tmp_path: Path,
-                                                         case: tuple[str, dict[str, str], str]) -> None:
-    import requests  # noqa: PLC0415  (modelscope's HTTP client)
+def test_modelscope_errors_carry_the_status_and_message(
+        hub: Hub, tmp_path: Path, case: tuple[str, dict[str, str], str]) -> None:
     repo, kwargs, message = case
     with pytest.raises(requests.exceptions.HTTPError, match=re.escape(message)):
         ms_download(hub, tmp_path, repo=repo, local_dir=str(tmp_path / "m"), **kwargs)
 
 
 def test_modelscope_gated_files_need_the_token(hub: Hub, tmp_path: Path) -> None:
-    from modelscope_hub.errors import FileDownloadError  # noqa: PLC0415  (optional dependency)
     with pytest.raises(FileDownloadError, match=re.escape("User not logged in.")):
         ms_download(hub, tmp_path, repo=GATED, local_dir=str(tmp_path / "no"))
     path = ms_download(hub, tmp_path, repo=GATED, local_dir=str(tmp_path / "ok"), token=TOKEN)
@@ -310,7 +311,6 @@ def test_modelscope_gated_files_need_the_token(hub: Hub, tmp_path: Path) -> None
 
 
 def test_modelscope_rejects_corrupt_bytes_by_hash(hub: Hub, tmp_path: Path) -> None:
-    from modelscope_hub.errors import FileDownloadError  # noqa: PLC0415  (optional dependency)
     hub.faults(corrupt=True)
     with pytest.raises(FileDownloadError, match="Hash mismatch"):
         ms_download(hub, tmp_path, local_dir=str(tmp_path / "m"), allow_patterns=[SHARD])
@@ -323,3 +323,33 @@ def test_modelscope_resumes_a_cut_transfer_with_range(hub: Hub, tmp_path: Path) 
     assert sha256_of(path / SHARD) == hub.files("master")[SHARD]["sha256"]
     resumed = [r for r in hub.requests() if r["path"].startswith("/repos/") and r["range"]]
     assert resumed and all(r["status"] == 206 for r in resumed)
+
+
+def test_modelscope_domain_variable_with_a_scheme_reaches_the_hub(hub: Hub, tmp_path: Path) -> None:
+    # MODELSCOPE_DOMAIN is deprecated; without a scheme modelscope-hub 0.5.1 prepends https://
+    # (config.py:136-146), which no plain-HTTP mirror answers.
+    env = {k: v for k, v in client_env(hub, tmp_path).items() if k != "MODELSCOPE_ENDPOINT"}
+    env["MODELSCOPE_DOMAIN"] = hub.url
+    result = subprocess.run(["modelscope", "download", "--model", MODEL, "config.json", "--local_dir", str(tmp_path)],
+                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert sha256_of(tmp_path / "config.json") == hub.files("master")["config.json"]["sha256"]
+
+
+def test_a_throttled_transfer_is_seen_in_flight_and_delivers_the_same_bytes(hub: Hub, tmp_path: Path) -> None:
+    hub.faults(throttle_bps=1_000_000)  # a 24 MiB shard would take 25 s
+    download = concurrent.futures.ThreadPoolExecutor(max_workers=1).submit(
+        hf_hub_download, MODEL, SHARD, local_dir=tmp_path, endpoint=hub.url)
+    size = hub.files()[SHARD]["size"]
+    in_flight = None
+    for _ in range(200):  # polled every 50 ms, at most 10 s
+        in_flight = next((r for r in hub.requests()
+                          if r["path"].startswith("/repos/") and not r["done"] and r["bytes"] > 0), None)
+        if in_flight:
+            break
+        time.sleep(0.05)
+    assert in_flight is not None and in_flight["status"] == 200 and in_flight["bytes"] < size
+    hub.faults(reset=True)  # the rest at full speed
+    assert sha256_of(Path(download.result(timeout=120))) == hub.files()[SHARD]["sha256"]
+    done = [r for r in hub.requests() if r["path"].startswith("/repos/")]
+    assert [(r["done"], r["bytes"]) for r in done] == [(True, size)]

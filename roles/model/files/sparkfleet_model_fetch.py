@@ -1,4 +1,6 @@
-#!/usr/bin/env python3
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Download model weights once, verify every byte, and keep a manifest (sparkfleet.serving.model).
 
 Runs ON THE BOX with the model venv's python (huggingface_hub==2.4.0, modelscope==1.40.0), inside a
@@ -6,16 +8,25 @@ transient systemd unit, so a dropped SSH connection does not stop it. The transf
 official clients (or, in seed mode, plain HTTP from another box's verified copy); the verification
 is ours, because the clients do not give the guarantees the role needs:
 
-- huggingface_hub 2.4.0 checks a downloaded body by size only (file_download.py:483-489, the
+- huggingface_hub 2.4.0 checks a downloaded body by size only (file_download.py:490-495, the
   "Consistency check failed" size test) and, in local_dir mode, trusts a file whose metadata names
   the pinned commit without reading it (file_download.py:1342-1359).
 - huggingface_hub 2.4.0 downloads into `<etag>.<uuid>.incomplete`, a name unique to the process
-  (file_download.py:1993-2002), so a killed run's partial file is never resumed and stays behind.
+  (file_download.py:1996-2004), so a killed run's partial file is never resumed and stays behind.
 
 So every file goes to a staging directory, is hashed (sha256 against the listing's `lfs.oid` or
 ModelScope's `Sha256`, the git blob sha1 for small Hugging Face files), and only then renamed into
 place. The manifest `sparkfleet-manifest.json` and `SHA256SUMS` describe what is in place; a quick
 re-run compares size and mtime with the manifest and reads no file and transfers nothing.
+
+A killed run (SIGKILL, power loss) loses only the files in flight: every file placed is recorded
+at once in a journal in the staging directory, which the next run trusts like the manifest. With
+the Hugging Face source the files in flight (at most WORKERS) start again from 0, as the client
+cannot resume across processes; the stale partials are deleted. The client's own Range resume
+was not re-implemented here: it would bypass the client for the bytes that matter most, for at
+most WORKERS files' worth of transfer. ModelScope's client resumes its `<file>.incomplete` with
+Range, and seed mode resumes its `.part` files with Range when the server honours it (the
+stdlib's http.server does not: then the file restarts); resumed bytes are hashed with the rest.
 
 Exit 0 on success, 1 on failure; the state file (--state) and the last stderr line say why.
 """
@@ -26,11 +37,13 @@ import argparse
 import contextlib
 import errno
 import fnmatch
+import functools
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -50,6 +63,8 @@ STAGING = ".sparkfleet-staging"
 # size+mtime like manifest entries, so an interrupted download loses only the files in flight.
 JOURNAL = "verified.jsonl"
 OWN_FILES = frozenset({MANIFEST, SUMS})
+# The manifest keys that describe the copy in place (the others say where it came from, and when).
+IDENTITY = ("format", "source", "repo", "revision", "commit", "files")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 CHUNK = 8 * 1024 * 1024
 STATE_INTERVAL = 1.0  # seconds between state file rewrites (the interface promises at most 2 s)
@@ -67,7 +82,8 @@ KINDS = (
     "DiskFull",
     "HashMismatch",
     "SeedUnreachable",
-    "Unexpected",
+    "Unexpected",  # an error none of the above describes (message: its class and text)
+    "Interrupted",  # stopped by SIGTERM
 )
 
 
@@ -75,6 +91,8 @@ class FetchError(Exception):
     """A failure the user can act on: `kind` is one of KINDS, the message says what to do."""
 
     def __init__(self, kind: str, message: str) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown error kind {kind!r}")
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -231,10 +249,13 @@ def manifest_body(listing: Listing, entries: list[dict[str, Any]]) -> dict[str, 
 
 
 def write_manifest(local_dir: Path, listing: Listing, entries: list[dict[str, Any]]) -> bool:
-    """Write manifest + SHA256SUMS when their content changed; True if it did."""
+    """Write manifest + SHA256SUMS when what they describe changed; True if it did.
+
+    Where the bytes came from (endpoint, copied_from) is not compared: a copy taken from a seed and
+    checked later against the hub is still the same copy, and a re-run must report no change."""
     body = manifest_body(listing, sorted(entries, key=lambda e: e["path"]))
     old = read_json(local_dir / MANIFEST)
-    if isinstance(old, dict) and {**old, "written_at": None} == body and (local_dir / SUMS).is_file():
+    if isinstance(old, dict) and (local_dir / SUMS).is_file() and all(old.get(k) == body[k] for k in IDENTITY):
         return False
     body["written_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # sha256sum's text format: "<hash>  <name>" (two spaces: the second is the text-mode flag).
@@ -263,6 +284,8 @@ class State:
     changed: bool = False
     error: dict[str, str] | None = None
     inflight: dict[str, int] = field(default_factory=dict)
+    checked_files: int = 0  # bytes of the files already checked (phase "checking")
+    checked_bytes: int = 0  # the same plus the bytes hashed of the file being checked
     samples: list[tuple[float, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -271,6 +294,15 @@ class State:
         with self.lock:
             self.inflight[path] = max(0, self.inflight.get(path, 0) + count)
             self.bytes_downloaded += count
+
+    def checked(self, count: int, whole_file: bool = False) -> None:
+        """Bytes read while checking; a whole file's size once it is decided (read or not)."""
+        with self.lock:
+            if whole_file:
+                self.checked_files += count
+                self.checked_bytes = self.checked_files
+            else:
+                self.checked_bytes += count
 
     def resumed(self, path: str, count: int) -> None:
         """Bytes of a partial from an earlier run: done, but not downloaded by this run."""
@@ -295,7 +327,10 @@ class State:
             self.samples = [s for s in self.samples if now - s[0] <= 10.0] + [(now, self.bytes_downloaded)]
             (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
             rate = (b1 - b0) / (t1 - t0) if t1 - t0 >= 0.5 else 0.0
-            done = min(self.bytes_total, self.bytes_verified + sum(self.inflight.values()))
+            if self.phase == "checking":
+                done = min(self.bytes_total, self.checked_bytes)
+            else:
+                done = min(self.bytes_total, self.bytes_verified + sum(self.inflight.values()))
             eta = (self.bytes_total - done) / rate if rate > 0 else None
             return {
                 "phase": self.phase,
@@ -341,7 +376,7 @@ def state_writer(state: State) -> Iterator[None]:
 
 
 # Which repo file the current worker thread downloads: the Hugging Face client creates its
-# progress bar inside the calling thread (file_download.py:444-453) and names it only by a
+# progress bar inside the calling thread (file_download.py:447-456) and names it only by a
 # shortened display name, so the thread tells the bar whose bytes it counts.
 _CURRENT = threading.local()
 
@@ -351,7 +386,7 @@ class ByteCounter:
 
     huggingface_hub 2.4.0 instantiates classes that do not subclass its tqdm with the bar's keyword
     arguments only (utils/tqdm.py:336-338) and calls update(n) per chunk, with a negative n when a
-    server ignored a Range request (file_download.py:400-411).
+    server ignored a Range request (file_download.py:403-415).
     """
 
     state: State | None = None  # set by the source before downloads start
@@ -408,8 +443,8 @@ class HuggingFaceSource(Source):
         from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
 
         api = HfApi(endpoint=self.endpoint, token=self.token or False)
-        # GET /api/models/{repo}/revision/{rev} -> "sha" (hf_api.py:3197-3212), then the recursive
-        # tree at that commit, whose entries carry lfs.oid = sha256 and the git blob id (hf_api.py:727-734).
+        # GET /api/models/{repo}/revision/{rev} -> "sha" (hf_api.py:3202-3212), then the recursive
+        # tree at that commit, whose entries carry lfs.oid = sha256 and the git blob id (hf_api.py:713-717).
         commit = api.model_info(self.repo, revision=self.revision).sha
         if not commit:
             raise FetchError("RevisionNotFound", f"{self.endpoint} named no commit for revision {self.revision!r}")
@@ -424,6 +459,10 @@ class HuggingFaceSource(Source):
         from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
         ByteCounter.state = self.state
+        part = staging / f"{remote.path}.part"
+        if part.is_file() and 0 < part.stat().st_size < remote.size:
+            return self.resume(remote, commit, part)
+        part.unlink(missing_ok=True)
         # local_dir mode writes plain files (no symlinks into a blob store); the revision is the
         # resolved commit, so the bytes cannot change under us between listing and download.
         return Path(
@@ -437,6 +476,39 @@ class HuggingFaceSource(Source):
                 tqdm_class=ByteCounter,
             )
         )
+
+    def resume(self, remote: RemoteFile, commit: str, part: Path) -> Path:
+        """Continue a partial a killed run left, with the client's own transfer function.
+
+        huggingface_hub >= 1.18 never resumes across processes (its partial names carry a uuid,
+        file_download.py:1996-2004), but its http_get resumes within a process by Range and copes
+        with a server that ignores it (file_download.py:334-415). The partial is adopted by
+        adopt_hf_partials() and its bytes are hashed with the rest before the file is used.
+        """
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url  # noqa: PLC0415
+        from huggingface_hub.file_download import http_get  # noqa: PLC0415
+        from huggingface_hub.utils import build_hf_headers  # noqa: PLC0415
+
+        url = hf_hub_url(self.repo, remote.path, revision=commit, endpoint=self.endpoint)
+        token = self.token or False
+        meta = get_hf_file_metadata(url, token=token, endpoint=self.endpoint)  # HEAD: the CDN location
+        headers = build_hf_headers(token=token)
+        if urllib.parse.urlsplit(meta.location).netloc != urllib.parse.urlsplit(url).netloc:
+            headers.pop("authorization", None)  # as the client does for a CDN (file_download.py:1818-1822)
+        have = part.stat().st_size
+        self.state.resumed(remote.path, have)
+        with part.open("r+b") as handle:
+            handle.seek(have)
+            http_get(
+                meta.location,
+                handle,
+                resume_size=have,
+                headers=headers,
+                expected_size=remote.size,
+                displayed_filename=remote.path,
+                tqdm_class=ByteCounter,
+            )
+        return part
 
     def map_error(self, error: BaseException | None) -> FetchError | None:
         # The client wraps some errors (file_download.py:1932-1966): the cause may be the telling one.
@@ -468,7 +540,9 @@ def map_hf_error(  # noqa: PLR0911 - one return per exception class reads best
     if isinstance(error, errors.HfHubHTTPError):
         status = error.response.status_code if error.response is not None else 0
         if status in (401, 403):
-            return token_error(endpoint, repo, status)
+            # Without a token a 401 means private, gated or missing; the client types it only
+            # for https endpoints (utils/_http.py:175-181, 933-953).
+            return token_error(endpoint, repo, status) if has_token else repo_error(endpoint, repo, False)
         if status >= 500 or status in (408, 429):
             return unreachable_error(endpoint, f"it answered HTTP {status}")
     if isinstance(error, errors.LocalEntryNotFoundError | errors.OfflineModeIsEnabled | errors.FileMetadataError):
@@ -518,6 +592,113 @@ def unreachable_error(endpoint: str, why: str) -> FetchError:
         f"cannot reach the model hub at {endpoint}: {why}. Check the box's network, proxy and DNS, or set "
         "model_endpoint to a mirror the box can reach.",
     )
+
+
+class ProgressCounter:
+    """A modelscope_hub ProgressCallback: instantiated per file as cls(filename, file_size), update(n)
+    per chunk, end() when done (modelscope_hub 0.5.1 _download.py:108-124). Not a subclass, so the
+    program imports nothing of the client before set_client_env()."""
+
+    state: State | None = None
+
+    def __init__(self, filename: str, file_size: int) -> None:
+        self.path = filename
+
+    def update(self, size: int) -> None:
+        if self.state is not None and size:
+            self.state.received(self.path, int(size))
+
+    def end(self) -> None:
+        pass
+
+
+class ModelScopeSource(Source):
+    """modelscope 1.40.0 delegates its hub calls to modelscope-hub (modelscope/hub/snapshot_download.py:1-13);
+    its HubApi is used directly, because modelscope's compat wrappers turn the typed errors into a
+    plain requests HTTPError (modelscope_hub 0.5.1 compat/file_download.py:82-83)."""
+
+    name = "modelscope"
+
+    @functools.cached_property
+    def hub_api(self) -> Any:
+        """One client for the run, shared by the worker threads as modelscope's own snapshot download
+        shares its DownloadManager (_download.py:1257-1267); one per file would repeat its region probe."""
+        from modelscope_hub import HubApi  # noqa: PLC0415 - after set_client_env(), see HuggingFaceSource
+
+        # token="" means "no token" and keeps a stored credential out (modelscope_hub config.py:151-161).
+        return HubApi(endpoint=self.endpoint, token=self.token or "")
+
+    def listing(self) -> Listing:
+        import modelscope_hub as ms  # noqa: PLC0415
+
+        api = self.hub_api
+        try:
+            raw = api.legacy.list_repo_files(self.repo, "model", revision=self.revision, recursive=True)
+        except ms.NotExistError as error:
+            # One answer for a missing repo and a missing revision: ask which.
+            if api.repo_exists(self.repo, "model"):
+                raise revision_error(self.endpoint, self.repo, self.revision) from error
+            raise repo_error(self.endpoint, self.repo, bool(self.token)) from error
+        blobs = [item for item in raw if (item.get("Type") or "blob") != "tree"]
+        files = tuple(RemoteFile(safe_relpath(b["Path"]), int(b["Size"]), b.get("Sha256") or None) for b in blobs)
+        return Listing(ms_commit(self.revision, blobs), files, self.name, self.repo, self.revision, self.endpoint)
+
+    def fetch(self, remote: RemoteFile, commit: str, staging: Path) -> Path:
+        ProgressCounter.state = self.state
+        # The client resumes its own `<file>.incomplete` with Range (_download.py:343-345, 1892),
+        # so those partials are kept across runs (clean_leftovers). Its own sha256 check is left off:
+        # ours follows, and one wrong body must not cost the client's backoff retries.
+        path = self.hub_api.downloader.download_file(
+            repo_id=self.repo,
+            repo_type="model",
+            file_path=remote.path,
+            # The revision as given, as modelscope's own download sends it (_download.py:1171-1186): the
+            # commit is derived from the listing, and a branch that moves meanwhile fails the hash check.
+            revision=self.revision,
+            local_dir=staging,
+            file_size=remote.size,
+            progress_callbacks=[ProgressCounter],
+        )
+        return Path(path)
+
+    def map_error(self, error: BaseException | None) -> FetchError | None:
+        while error is not None:
+            mapped = self.map_one(error)
+            if mapped is not None:
+                return mapped
+            error = error.__cause__
+        return None
+
+    def map_one(self, error: BaseException) -> FetchError | None:
+        """modelscope_hub's error classes (errors.py:104-441) -> our kinds."""
+        import modelscope_hub as ms  # noqa: PLC0415
+
+        if isinstance(error, ms.NotExistError):  # after the listing: a listed file is missing
+            return FetchError("EntryNotFound", f"{self.endpoint} lists a file of {self.repo} it does not serve")
+        if isinstance(error, ms.AuthenticationError) and self.token:
+            return token_error(self.endpoint, self.repo, 401)
+        if isinstance(error, ms.AuthenticationError | ms.PermissionDeniedError):
+            return gated_error(self.endpoint, self.repo, bool(self.token))
+        if isinstance(error, ms.FileIntegrityError):  # the client compared the CDN's X-Linked-ETag
+            return FetchError(
+                "HashMismatch",
+                f"{self.endpoint} kept serving wrong bytes for {self.repo}: {error}. Nothing of it was kept. "
+                "Retry later, or set model_endpoint to another mirror.",
+            )
+        if isinstance(error, ms.ServerError | ms.NetworkError | ms.RateLimitError):
+            return unreachable_error(self.endpoint, f"{type(error).__name__}: {error}")
+        return None
+
+
+def ms_commit(revision: str, blobs: list[dict[str, Any]]) -> str:
+    """The commit a ModelScope revision names. Its file listing gives each file's last commit as
+    `Revision` (with `CommittedDate`) and no head commit: the newest of those is the head commit,
+    unless the head commit changed no file (then the revision name is recorded as it is)."""
+    if COMMIT_RE.match(revision):
+        return revision
+    dated = [(b.get("CommittedDate") or 0, b.get("Revision") or "") for b in blobs]
+    newest = max(dated, default=(0, ""))[1]
+    return newest if COMMIT_RE.match(newest) else revision
 
 
 class SeedSource(Source):
@@ -598,7 +779,11 @@ def seed_error(endpoint: str, why: str) -> FetchError:
     )
 
 
-SOURCES: dict[str, type[Source]] = {"huggingface": HuggingFaceSource, "seed": SeedSource}
+SOURCES: dict[str, type[Source]] = {
+    "huggingface": HuggingFaceSource,
+    "modelscope": ModelScopeSource,
+    "seed": SeedSource,
+}
 
 
 # --------------------------------------------------------------------------- planning
@@ -632,7 +817,17 @@ def trusted(remote: RemoteFile, entry: dict[str, Any] | None, stat: os.stat_resu
     return entry.get("commit") == commit or (remote.git_sha1 is not None and entry.get("git_sha1") == remote.git_sha1)
 
 
-def check_file(local_dir: Path, remote: RemoteFile, entry: dict[str, Any] | None, commit: str, full: bool) -> PlanEntry:
+def check_file(  # noqa: PLR0913 - the facts one check needs
+    local_dir: Path,
+    remote: RemoteFile,
+    entry: dict[str, Any] | None,
+    commit: str,
+    *,
+    full: bool,
+    on_chunk: Callable[[int], None] | None = None,
+) -> PlanEntry:
+    """keep (verified, by size+mtime or by hash), fetch (missing, or an older revision's verified
+    copy) or repair (anything else: truncated, altered, a symlink)."""
     path = local_dir / remote.path
     try:
         stat = path.lstat()
@@ -645,7 +840,7 @@ def check_file(local_dir: Path, remote: RemoteFile, entry: dict[str, Any] | None
         return PlanEntry(remote, "fetch")  # the verified copy of an older revision: an update, not a repair
     if not path.is_file() or path.is_symlink() or stat.st_size != remote.size:
         return PlanEntry(remote, "fetch" if unchanged else "repair")
-    hashes = hash_file(path)
+    hashes = hash_file(path, on_chunk)
     if matches(remote, hashes):
         return PlanEntry(remote, "keep", entry_for(path, remote.path, hashes, commit))
     # Intact as an earlier run verified it, but another revision's content: an update.
@@ -653,8 +848,18 @@ def check_file(local_dir: Path, remote: RemoteFile, entry: dict[str, Any] | None
     return PlanEntry(remote, "fetch" if intact else "repair")
 
 
-def make_plan(local_dir: Path, listing: Listing, known: dict[str, dict[str, Any]], full: bool) -> list[PlanEntry]:
-    return [check_file(local_dir, f, known.get(f.path), listing.commit, full) for f in listing.files]
+def make_plan(
+    local_dir: Path, listing: Listing, known: dict[str, dict[str, Any]], full: bool, state: State | None = None
+) -> list[PlanEntry]:
+    """Check every listed file; with a state, bytes_done counts the bytes checked (a full verify of
+    a large model reads for minutes, and the role shows that progress too)."""
+    plan = []
+    for remote in listing.files:
+        hook = state.checked if state else None
+        plan.append(check_file(local_dir, remote, known.get(remote.path), listing.commit, full=full, on_chunk=hook))
+        if state:
+            state.checked(remote.size, whole_file=True)
+    return plan
 
 
 def free_bytes(local_dir: Path) -> int:
@@ -687,20 +892,40 @@ def check_disk(local_dir: Path, to_fetch: int, margin: int) -> None:
             "DiskFull",
             f"{to_fetch} bytes ({gib(to_fetch)}) still to download plus a margin of {margin} bytes ({gib(margin)}) "
             f"need {to_fetch + margin} bytes, but the filesystem of {local_dir} has {free} bytes ({gib(free)}) free. "
-            "Free space there, or point model_dir at a larger disk.",
+            "Free space there, or point model_local_dir at a larger disk (or lower model_disk_margin_bytes).",
         )
 
 
 # --------------------------------------------------------------------------- cleaning
 
 
+def adopt_hf_partials(local_dir: Path, plan: list[PlanEntry]) -> None:
+    """Move the Hugging Face client's partial of each file still to fetch to `<path>.part` in staging,
+    where HuggingFaceSource.resume() continues it. The client names a partial
+    `<hash>.<etag>.<uuid>.incomplete` (_local_folder.py:93-96, file_download.py:2004), and an LFS
+    file's etag is its sha256 (X-Linked-Etag), which the listing gives: the largest one is kept."""
+    staging = local_dir / STAGING
+    cache = staging / ".cache" / "huggingface" / "download"
+    if not cache.is_dir():
+        return
+    for item in plan:
+        if item.action == "keep" or not item.remote.sha256:
+            continue
+        partials = sorted(cache.rglob(f"*.{item.remote.sha256}.*.incomplete"), key=lambda p: p.stat().st_size)
+        if partials and 0 < partials[-1].stat().st_size < item.remote.size:
+            target = staging / f"{item.remote.path}.part"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(partials[-1], target)
+
+
 def clean_leftovers(local_dir: Path, keep: set[str]) -> None:
     """Remove what a killed run left: partials no run can resume, staged files never verified.
 
-    Kept: seed `.part` files and ModelScope `.incomplete` files of files this run fetches (both
-    resumed with Range), and the journal of verified files.
+    Kept: `.part` files (seed, and Hugging Face partials adopt_hf_partials() moved there) and
+    ModelScope `.incomplete` files of files this run fetches (all resumed with Range), and the
+    journal of verified files.
     """
-    # huggingface_hub's partials carry a per-process uuid (file_download.py:1993-2002): never resumed.
+    # Other huggingface_hub partials carry a per-process uuid (file_download.py:1996-2004): never resumed.
     for cache in (local_dir / ".cache" / "huggingface" / "download", local_dir / STAGING / ".cache"):
         for stale in cache.rglob("*.incomplete") if cache.is_dir() else []:
             stale.unlink(missing_ok=True)
@@ -804,6 +1029,9 @@ def set_client_env(source: str, endpoint: str) -> None:
         os.environ.pop("HF_HUB_OFFLINE", None)
     elif source == "modelscope":
         os.environ["MODELSCOPE_ENDPOINT"] = endpoint.rstrip("/")
+        # Its byte bars are plain tqdm (modelscope_hub _download.py:1960-1967), which reads TQDM_*
+        # defaults from the environment: the state file is the progress report, not the journal.
+        os.environ["TQDM_DISABLE"] = "1"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -852,13 +1080,14 @@ def run(args: argparse.Namespace, state: State) -> int:
         state.files_total = len(listing.files)
         state.phase = "checking"
         known = known_entries(manifest, load_journal(local_dir))
-        plan = make_plan(local_dir, listing, known, args.verify == "full")
+        plan = make_plan(local_dir, listing, known, args.verify == "full", state)
         to_fetch = sum(p.remote.size for p in plan if p.action != "keep")
         if args.plan:
             print(json.dumps(plan_output(listing, plan, free_bytes(local_dir), args.disk_margin_bytes)))
             return 0
         check_disk(local_dir, to_fetch, args.disk_margin_bytes)
         local_dir.mkdir(parents=True, exist_ok=True)
+        adopt_hf_partials(local_dir, plan)
         clean_leftovers(local_dir, resumable_names(plan))
         kept = [p.entry for p in plan if p.action == "keep" and p.entry]
         state.bytes_verified = sum(p.remote.size for p in plan if p.action == "keep")
@@ -889,27 +1118,54 @@ def tidy_failed(local_dir: Path) -> None:
 
 def disk_error(error: BaseException) -> FetchError | None:
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return FetchError("DiskFull", f"the disk filled up while writing: {error}. Free space or move model_dir.")
+        return FetchError("DiskFull", f"the disk filled up while writing: {error}. Free space or move model_local_dir.")
     return None
+
+
+def on_sigterm(state: State) -> None:
+    """`systemctl stop`: say so in the state file and end now. Waiting for the worker threads could
+    outlast systemd's stop timeout; what they leave is what a kill leaves, cleaned by the next run."""
+
+    def handler(signum: int, frame: object) -> None:
+        state.phase = "failed"
+        state.error = {"kind": "Interrupted", "message": "stopped by SIGTERM; the next run continues where it was"}
+        with contextlib.suppress(OSError):
+            state.write()
+        print(f"Interrupted: {state.error['message']}", file=sys.stderr, flush=True)
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def summary(state: State, seconds: float) -> str:
+    snap = state.snapshot()
+    return (
+        f"done: commit {snap['commit']}, {snap['files_total']} files, {len(snap['fetched'])} fetched, "
+        f"{len(snap['repaired'])} repaired, {snap['bytes_downloaded']} bytes downloaded in {seconds:.1f} s, "
+        f"changed={snap['changed']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     set_client_env(args.source, args.endpoint)
     state = State(None if args.plan else args.state)
-    try:
-        with state_writer(state) if not args.plan else contextlib.nullcontext():
-            try:
-                return run(args, state)
-            except FetchError as error:
-                state.phase = "failed"
-                state.error = {"kind": error.kind, "message": error.message}
-                if args.plan:
-                    print(json.dumps({"error": state.error}))
-                print(f"{error.kind}: {error.message}", file=sys.stderr)
-                return 1
-    except KeyboardInterrupt:
-        return 130
+    began = time.monotonic()
+    if not args.plan:
+        on_sigterm(state)
+    with state_writer(state) if not args.plan else contextlib.nullcontext():
+        try:
+            code = run(args, state)
+        except FetchError as error:
+            state.phase = "failed"
+            state.error = {"kind": error.kind, "message": error.message}
+            if args.plan:
+                print(json.dumps({"error": state.error}))
+            print(f"{error.kind}: {error.message}", file=sys.stderr)
+            return 1
+    if not args.plan:
+        print(summary(state, time.monotonic() - began), flush=True)
+    return code
 
 
 if __name__ == "__main__":

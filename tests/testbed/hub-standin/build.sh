@@ -12,20 +12,14 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo="sparkfleet-sim"
 arch=$(uname -m)
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/sparkfleet/hub-wheels/$(cat "$here/wheels.txt" | sha256sum | cut -c1-12)-$arch"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/sparkfleet/hub-wheels/$(sha256sum < "$here/wheels.txt" | cut -c1-12)-$arch"
 
 log() { printf 'hub-standin: %s\n' "$*" >&2; }
 
 base_image() {
-    local image
-    # The newest debootstrap base that build-image.sh made; make one when there is none.
-    image=$(docker images "$repo/base-debian" --format '{{.Repository}}:{{.Tag}}' | head -n1)
-    if [ -z "$image" ]; then
-        log "no $repo/base-debian image yet: building the test bed first"
-        SIMSPARK_BASE=debian "$here/../build-image.sh" >/dev/null
-        image=$(docker images "$repo/base-debian" --format '{{.Repository}}:{{.Tag}}' | head -n1)
-    fi
-    echo "$image"
+    # The newest debootstrap base that build-image.sh made (it makes one when there is none).
+    docker images -q "$repo/base-debian" | grep -q . || SIMSPARK_BASE=debian "$here/../build-image.sh" >/dev/null
+    docker images "$repo/base-debian" --format '{{.Repository}}:{{.Tag}}' | head -n1
 }
 
 wheels() {
@@ -42,6 +36,15 @@ wheels() {
     touch "$cache/.complete"
 }
 
+build() {  # IMAGE BASE: the build context is the sources plus the cached wheels
+    log "building $1 from $2"
+    context=$(mktemp -d)  # global: the EXIT trap runs after the function returns
+    trap 'rm -rf "$context"' EXIT
+    cp "$here"/{Containerfile,generate.py,hub.py,hubcore.py,modelscope_api.py} "$context/"
+    mkdir "$context/wheels" && cp "$cache"/*.whl "$context/wheels/"
+    docker build -q -f "$context/Containerfile" --build-arg BASE_IMAGE="$2" -t "$1" "$context" >/dev/null
+}
+
 main() {
     local base key image
     base=$(base_image)
@@ -50,16 +53,7 @@ main() {
             cd "$here" && sha256sum Containerfile generate.py hub.py hubcore.py modelscope_api.py wheels.txt) \
         | sha256sum | cut -c1-12)
     image="$repo/hub-standin:$key"
-    if docker image inspect "$image" >/dev/null 2>&1; then
-        log "up to date: $image"
-    else
-        log "building $image from $base"
-        context=$(mktemp -d)  # global: the EXIT trap runs after main returns
-        trap 'rm -rf "$context"' EXIT
-        cp "$here"/{Containerfile,generate.py,hub.py,hubcore.py,modelscope_api.py} "$context/"
-        mkdir "$context/wheels" && cp "$cache"/*.whl "$context/wheels/"
-        docker build -q -f "$context/Containerfile" --build-arg BASE_IMAGE="$base" -t "$image" "$context" >/dev/null
-    fi
+    docker image inspect "$image" >/dev/null 2>&1 || build "$image" "$base"
     docker tag "$image" "$repo/hub-standin:current"
     echo "$image"
 }

@@ -6,7 +6,7 @@
 Each repository has commits; each commit maps a file path to a blob. The hashes are the ones the
 real Hub publishes for a file:
 - `sha256` of the content: the Git LFS object id, served as `lfs.oid` by the tree API and as the
-  `X-Linked-Etag` of `resolve` (huggingface_hub 2.4.0 hf_api.py:718 reads `lfs["oid"]`,
+  `X-Linked-Etag` of `resolve` (huggingface_hub 2.4.0 hf_api.py:717 reads `lfs["oid"]`,
   file_download.py:1678 prefers `X-Linked-Etag`);
 - the git blob id, `sha1("blob <size>\\0" + content)` (https://git-scm.com/book/en/v2/Git-Internals-Git-Objects):
   of the content for a regular file, of the LFS pointer file for an LFS file, served as `oid`.
@@ -60,7 +60,7 @@ def safetensors_file(tensors: dict[str, tuple[str, tuple[int, ...], bytes]]) -> 
         offset += len(data)
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes with spaces
-    return struct.pack("<Q", len(raw)) + raw + b"".join(data for _, _, data in tensors.values())
+    return struct.pack("<Q", len(raw)) + raw + b"".join(tensor[2] for tensor in tensors.values())
 
 
 def shard(index: int, version: str) -> tuple[bytes, list[str]]:

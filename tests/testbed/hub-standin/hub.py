@@ -72,7 +72,7 @@ def hf_refs(refs: dict[str, Any]) -> dict[str, Any]:
 
 
 def tree_entry(path: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """One entry of GET /api/models/{repo}/tree/{rev}: the keys RepoFile reads (hf_api.py:706-718)."""
+    """One entry of GET /api/models/{repo}/tree/{rev}: the keys RepoFile reads (hf_api.py:711-730)."""
     entry: dict[str, Any] = {"type": "file", "oid": meta["blob_id"], "size": meta["size"], "path": path}
     if meta["lfs"]:
         entry["lfs"] = {"oid": meta["sha256"], "size": meta["size"], "pointerSize": meta["pointer_size"]}
@@ -130,6 +130,16 @@ class Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         self.query = parse_qs(split.query)
         self.raw_path = split.path
+        # Logged when it starts and updated as bytes go out ("done": false meanwhile), so that
+        # a test can see a transfer in flight; admin calls are not logged.
+        self.entry: dict[str, Any] | None = None
+        if not self.raw_path.startswith("/_standin/"):
+            self.entry = {
+                "time": time.time(), "method": method, "host": self.headers.get("Host", ""),
+                "path": self.path, "status": 0, "bytes": 0, "client": self.client_address[0],
+                "range": self.headers.get("Range"), "user_agent": self.headers.get("User-Agent", ""), "done": False,
+            }
+            self.state.record(self.entry)
         try:
             self.route(method, split.path)
         except HubError as error:
@@ -137,13 +147,8 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
-            if not self.raw_path.startswith("/_standin/"):
-                self.state.record({
-                    "time": time.time(), "method": method, "host": self.headers.get("Host", ""),
-                    "path": self.path, "status": self.status, "bytes": self.sent,
-                    "client": self.client_address[0], "range": self.headers.get("Range"),
-                    "user_agent": self.headers.get("User-Agent", ""),
-                })
+            if self.entry is not None:
+                self.entry.update(status=self.status, bytes=self.sent, done=True)
 
     def route(self, method: str, path: str) -> None:
         parts = [unquote(p) for p in path.split("/")[1:]]
@@ -173,6 +178,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def start(self, status: int, headers: dict[str, str]) -> None:
         self.status = status
+        if self.entry is not None:
+            self.entry["status"] = status
         self.send_response(status)
         request_id = hashlib.sha1(f"{time.time_ns()}{self.path}".encode(), usedforsecurity=False).hexdigest()[:20]
         self.send_header("X-Request-Id", f"Root=1-{request_id}")
@@ -182,7 +189,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_error_json(self, error: HubError) -> None:
         # The message goes in X-Error-Message and in the body's "error" key, the two places
-        # huggingface_hub 2.4.0 utils/_http.py:1035-1050 reads it from.
+        # huggingface_hub 2.4.0 utils/_http.py:1034-1057 reads it from.
         if error.body is not None:
             return self.send_json(error.body, error.status)
         if error.code:
@@ -226,7 +233,7 @@ class Handler(BaseHTTPRequestHandler):
         meta = commit_files(repo, commit).get(filename)
         if meta is None:
             raise HubError(404, "EntryNotFound", "Entry not found", commit)
-        # X-Repo-Commit: required (file_download.py:1789-1796); X-Linked-Etag / ETag, X-Linked-Size /
+        # X-Repo-Commit: required (file_download.py:1790-1797); X-Linked-Etag / ETag, X-Linked-Size /
         # Content-Length: file_download.py:1677-1688.
         self.extra_headers["X-Repo-Commit"] = commit
         self.extra_headers["Accept-Ranges"] = "bytes"
@@ -299,6 +306,8 @@ class Handler(BaseHTTPRequestHandler):
                     chunk = corrupt(chunk, offset)
                 self.wfile.write(chunk)
                 self.sent += len(chunk)
+                if self.entry is not None:
+                    self.entry["bytes"] = self.sent
                 offset += len(chunk)
                 if weight and faults.throttle_bps:
                     ahead = self.sent / faults.throttle_bps - (time.monotonic() - began)
@@ -358,7 +367,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(vars(self.state.faults))
         if what == "requests" and method == "GET":
             with self.state.lock:
-                return self.send_json(list(self.state.log))
+                log = [dict(entry) for entry in self.state.log]
+            return self.send_json(log)
         if what == "requests" and method == "DELETE":
             with self.state.lock:
                 self.state.log.clear()
@@ -416,7 +426,7 @@ def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
     parser.add_argument("--state-dir", required=True, help="where the generated repositories are kept")

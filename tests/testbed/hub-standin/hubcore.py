@@ -69,7 +69,7 @@ class State:
 def find_repo(state: State, repo_id: str) -> dict[str, Any]:
     repo = state.repos.get(repo_id)
     if repo is None:
-        # The real Hub answers a missing repo as it answers a private one (utils/_http.py:937-941).
+        # The real Hub answers a missing repo as it answers a private one (utils/_http.py:939-944).
         raise HubError(401, "RepoNotFound", "Repository not found")
     return repo
 
@@ -110,7 +110,7 @@ def commit_files(repo: dict[str, Any], commit: str) -> dict[str, dict[str, Any]]
 
 def cdn_url(state: State, sha256: str, filename: str) -> str:
     """A signed, expiring URL like the Hub's CDN links (path by content hash; the file name only
-    in response-content-disposition, which http_get reads for its progress bar, file_download.py:413-418)."""
+    in response-content-disposition, which http_get reads for its progress bar, file_download.py:429-436)."""
     expires = int(time.time()) + URL_LIFETIME
     path = f"/repos/{sha256[:2]}/{sha256[2:4]}/{sha256}"
     signature = hmac.new(state.secret, f"{path}:{expires}".encode(), hashlib.sha256).hexdigest()

@@ -1,7 +1,8 @@
 """Runs the stand-in hub as a local process for pytest.
 
     import sys; sys.path.insert(0, "<repo>/tests/testbed/hub-standin")
-    from hubproc import hub_fixture, hub_state_dir_fixture  # noqa: F401  (fixtures `hub`, `hub_state_dir`)
+    from hubproc import hub_fixture, hub_state_dir_fixture
+    FIXTURES = (hub_fixture, hub_state_dir_fixture)  # pytest finds `hub`, `hub_state_dir` here
 
     def test_x(hub):                       # a fresh process per test, faults off, empty log
         hub.url                            # http://127.0.0.1:PORT (HF_ENDPOINT, MODELSCOPE_ENDPOINT)
@@ -95,7 +96,7 @@ def running_hub(state_dir: Path, *extra_args: str) -> Iterator[Hub]:
     first = process.stdout.readline().strip()
     if not first.startswith("listening on "):
         process.kill()
-        _, err = process.communicate()
+        err = process.communicate()[1]
         raise RuntimeError(f"hub stand-in did not start: {first!r} {err}")
     hub = Hub(url=first.removeprefix("listening on "), state_dir=state_dir, process=process)
     try:

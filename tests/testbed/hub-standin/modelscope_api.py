@@ -94,9 +94,9 @@ def check_ms_token(handler: Any, repo: dict[str, Any], *, content: bool) -> None
     if auth.lower().startswith("bearer "):
         token = auth[7:].strip()
     for cookie in (handler.headers.get("Cookie") or "").split(";"):
-        name, _, value = cookie.strip().partition("=")
-        if name == "m_session_id" and token is None:
-            token = value
+        pair = cookie.strip().partition("=")
+        if pair[0] == "m_session_id" and token is None:
+            token = pair[2]
     if token is not None and token != state.token:
         raise ms_error(401, BAD_TOKEN)
     if content and (repo["gated"] or state.faults.require_token) and token is None:
