@@ -342,7 +342,7 @@ def test_a_throttled_transfer_is_seen_in_flight_and_delivers_the_same_bytes(hub:
         hf_hub_download, MODEL, SHARD, local_dir=tmp_path, endpoint=hub.url)
     size = hub.files()[SHARD]["size"]
     in_flight = None
-    for _ in range(200):  # polled every 50 ms, at most 10 s
+    for _poll in range(200):  # every 50 ms, at most 10 s
         in_flight = next((r for r in hub.requests()
                           if r["path"].startswith("/repos/") and not r["done"] and r["bytes"] > 0), None)
         if in_flight:

@@ -34,17 +34,22 @@ class Faults:
     require_token: bool = False
 
     def update(self, body: dict[str, Any]) -> None:
+        """Applies a POST /_standin/faults body; a typo or a wrong type is refused, not ignored."""
+        kinds = {"throttle_bps": int, "cut_after_bytes": int, "corrupt": bool, "require_token": bool, "reset": bool}
+        unknown = sorted(set(body) - set(kinds))
+        if unknown:
+            raise ValueError(f"unknown fault switch(es) {unknown}: expected {sorted(kinds)}")
+        for key, value in body.items():
+            # bool is an int in Python: refuse `true` where a number is expected.
+            wrong = not isinstance(value, kinds[key]) or (kinds[key] is int and isinstance(value, bool))
+            if value is not None and wrong:
+                raise ValueError(f"{key}: expected {kinds[key].__name__} or null, got {value!r}")
         if body.get("reset"):
-            self.__init__()  # type: ignore[misc]
-        for key, kind in (("throttle_bps", int), ("cut_after_bytes", int), ("corrupt", bool), ("require_token", bool)):
-            if key not in body:
-                continue
-            value = body[key]
-            if value is not None and not isinstance(value, kind):
-                raise ValueError(f"{key}: expected {kind.__name__} or null, got {value!r}")
-            if kind is bool and value is None:
-                value = False
-            setattr(self, key, value)
+            self.throttle_bps = self.cut_after_bytes = None
+            self.corrupt = self.require_token = False
+        for key, value in body.items():
+            if key != "reset":
+                setattr(self, key, bool(value) if kinds[key] is bool else value)
 
 
 @dataclass
