@@ -118,6 +118,7 @@ def test_venv_has_the_pinned_clients_and_the_system_python_does_not(host):
     freeze = host.check_output("/opt/sparkfleet/model-venv/bin/python -m pip freeze")
     assert "huggingface_hub==2.4.0" in freeze.replace("-", "_") or "huggingface-hub==2.4.0" in freeze
     assert "modelscope==1.40.0" in freeze
+    assert "modelscope-hub==0.5.1" in freeze.replace("_", "-")
     assert host.run("/usr/bin/python3 -c 'import huggingface_hub'").rc != 0
 
 
