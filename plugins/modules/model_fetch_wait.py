@@ -102,12 +102,12 @@ def read_state(path: str) -> dict:
 
 def unit_active(module: AnsibleModule, unit: str) -> bool:
     # An unknown (already collected) unit is "inactive" too.
-    rc, out, _ = module.run_command(["systemctl", "show", "-p", "ActiveState", "--value", unit])
+    rc, out, dummy = module.run_command(["systemctl", "show", "-p", "ActiveState", "--value", unit])
     return rc == 0 and out.strip() in ("active", "activating", "reloading", "deactivating")
 
 
 def journal(module: AnsibleModule, unit: str, lines: int) -> list[str]:
-    _, out, _ = module.run_command(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"])
+    out = module.run_command(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"])[1]
     return out.splitlines()
 
 

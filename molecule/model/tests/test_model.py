@@ -316,4 +316,3 @@ def test_corrupt_bytes_leave_nothing_corrupt_in_place(host):
     weights = host.run(f"ls {directory}/*.safetensors").stdout.split()
     assert weights == []
     assert not host.file(f"{directory}/sparkfleet-manifest.json").exists
-
