@@ -102,8 +102,8 @@ def read_state(path: str) -> dict:
 
 def unit_active(module: AnsibleModule, unit: str) -> bool:
     # An unknown (already collected) unit is "inactive" too.
-    rc, out, dummy = module.run_command(["systemctl", "show", "-p", "ActiveState", "--value", unit])
-    return rc == 0 and out.strip() in ("active", "activating", "reloading", "deactivating")
+    answer = module.run_command(["systemctl", "show", "-p", "ActiveState", "--value", unit])
+    return answer[0] == 0 and answer[1].strip() in ("active", "activating", "reloading", "deactivating")
 
 
 def journal(module: AnsibleModule, unit: str, lines: int) -> list[str]:
