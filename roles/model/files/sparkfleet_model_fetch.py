@@ -1024,7 +1024,9 @@ def set_client_env(source: str, endpoint: str) -> None:
     config.py:129-133), so they are set before the first import."""
     if source == "huggingface":
         os.environ["HF_ENDPOINT"] = endpoint.rstrip("/")
-        os.environ["HF_HUB_DISABLE_XET"] = "1"  # plain HTTP: the bytes we hash are the bytes sent
+        # Plain HTTP even where the hub offers Xet and hf_xet is installed (utils/_runtime.py:157-162):
+        # one transfer path, resumable with Range, counted by the tqdm_class.
+        os.environ["HF_HUB_DISABLE_XET"] = "1"
         os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
         os.environ.pop("HF_HUB_OFFLINE", None)
     elif source == "modelscope":
