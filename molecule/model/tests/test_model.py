@@ -213,7 +213,7 @@ def test_download_killed_mid_file_then_rerun_completes(host, repo):
         finally:
             run.kill()
     output = log_path.read_text()
-    progress = re.findall(r"model: model-spark-1: downloading [\d.]+ \w+ / [\d.]+ \w+ \([\d.]+%\), [\d.]+ \w+/s, ETA",
+    progress = re.findall(r"model: [\w-]+: downloading [\d.]+ \w+ / [\d.]+ \w+ \([\d.]+%\), [\d.]+ \w+/s, ETA",
                           output)
     assert progress, output[-3000:]
     assert "stopped without saying why" in output
