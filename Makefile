@@ -88,14 +88,15 @@ importer: collection
 	    $(IMPORTER_VENV)/bin/python -m galaxy_importer.main \
 	    $(INSTALL_DIR)/dist/sparkfleet-serving-$$(sed -n 's/^version: //p' $(CURDIR)/galaxy.yml).tar.gz
 
-# The main job against a simulated Spark, for when there is no real one: builds the
-# test-bed image, starts one simulated Spark and runs the site playbook on it. It stays
-# up for you to look at (`molecule login -s default`) until `make demo-clean`.
+# The main job against simulated Sparks, for when there is no real one: builds the test-bed
+# image, starts the default scenario's simulated Sparks, runs the site playbook on them, prints
+# the fleet's status table and one request answered by each box (tests/testbed/demo.sh). They
+# stay up for you to look at until `make demo-clean`.
 demo: setup link
-	molecule create -s default && molecule prepare -s default --force && molecule converge -s default
+	tests/testbed/demo.sh
 
-demo-clean:
-	molecule destroy -s default
+demo-clean: link
+	tests/testbed/demo.sh clean
 
 clean:
-	rm -rf $(AT_ROOT) tests/output .ansible .pytest_cache
+	rm -rf $(AT_ROOT) tests/output .ansible .pytest_cache .demo

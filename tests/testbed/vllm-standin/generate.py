@@ -594,26 +594,132 @@ def generate(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
     return data
 
 
+# --- `vllm bench serve`: its options, read from the source -----------------------------------
+# Its parser is plain argparse calls with literal arguments (vllm/benchmarks/serve.py
+# add_cli_args, vllm/benchmarks/datasets.py add_dataset_parser and the helpers it calls), so
+# reading the calls gives the real table; importing the module would pull in the multimodal
+# stack. Each option keeps its file:line so the stand-in can cite where a default comes from.
+BENCH_OUTPUT = HERE / "vllm_bench_serve.json"
+BENCH_ENTRY = (("vllm/benchmarks/serve.py", "add_cli_args"), ("vllm/benchmarks/datasets.py", "add_dataset_parser"))
+BENCH_TYPES = {"int": "int", "float": "float", "str": "str", "json.loads": "json"}
+BENCH_ACTIONS = {"store_true": "store_true", "_ValidateDatasetArgs": "store"}
+
+
+class _SourceModule:
+    """One module of the release: its functions, module-level and class-level constants."""
+
+    def __init__(self, source: Path, rel: str) -> None:
+        self.rel = rel
+        self.tree = ast.parse((source / rel).read_text())
+        self.functions = {n.name: n for n in self.tree.body if isinstance(n, ast.FunctionDef)}
+        self.constants: dict[str, Any] = {}
+        for node in self.tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                self.constants[node.targets[0].id] = node.value
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+                self.constants[node.target.id] = node.value
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.Assign) and isinstance(item.targets[0], ast.Name):
+                        self.constants[f"{node.name}.{item.targets[0].id}"] = item.value
+
+
+def _bench_value(node: ast.AST | None, mod: _SourceModule, funcs: _SourceModule) -> Any:  # noqa: PLR0911
+    """A literal default or choice list; `float("inf")` as "inf"; the keys of a module dict."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Name) and node.id in mod.constants:
+        return _bench_value(mod.constants[node.id], mod, funcs)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        key = f"{node.value.id}.{node.attr}"
+        if key in mod.constants:
+            return _bench_value(mod.constants[key], mod, funcs)
+    if isinstance(node, ast.Call) and ast.unparse(node) == "float('inf')":
+        return "inf"
+    if isinstance(node, ast.Call) and ast.unparse(node) == "list(ASYNC_REQUEST_FUNCS.keys())":
+        table = funcs.constants["ASYNC_REQUEST_FUNCS"]
+        return [k.value for k in table.keys]
+    try:
+        value = ast.literal_eval(node)
+        json.dumps(value)
+    except (ValueError, TypeError):
+        return {"expression": ast.unparse(node)}
+    return value
+
+
+def _bench_rows(source: Path, rel: str, func: str, funcs: _SourceModule) -> list[dict[str, Any]]:
+    mod = _SourceModule(source, rel)
+    rows: list[dict[str, Any]] = []
+    for node in ast.walk(mod.functions[func]):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Attribute, ast.Name)):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        if name in mod.functions and name.startswith("add_") and name != func:
+            rows += _bench_rows(source, rel, name, funcs)
+            continue
+        if name != "add_argument":
+            continue
+        kw = {k.arg: k.value for k in node.keywords}
+        action = ast.unparse(kw["action"]).strip("'") if "action" in kw else "store"
+        type_src = ast.unparse(kw["type"]) if "type" in kw else None
+        nargs = _bench_value(kw.get("nargs"), mod, funcs)
+        rows.append({
+            "options": [a.value for a in node.args],
+            "dest": node.args[0].value.lstrip("-").replace("-", "_"),
+            "action": BENCH_ACTIONS.get(action, action),
+            "nargs": nargs,
+            "type": BENCH_TYPES.get(type_src, f"custom:{type_src}") if type_src else None,
+            "choices": _bench_value(kw.get("choices"), mod, funcs),
+            "default": (False if action == "store_true" and "default" not in kw
+                        else _bench_value(kw.get("default"), mod, funcs)),
+            "required": _bench_value(kw.get("required"), mod, funcs) or False,
+            "file": rel, "line": node.lineno,
+        })
+    return sorted(rows, key=lambda r: (r["file"], r["line"])) if func in dict(BENCH_ENTRY).values() else rows
+
+
+def bench_serve_table(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
+    funcs = _SourceModule(source, "vllm/benchmarks/lib/endpoint_request_func.py")
+    rows: list[dict[str, Any]] = []
+    for rel, func in BENCH_ENTRY:
+        rows += _bench_rows(source, rel, func, funcs)
+    return {"generated_by": "tests/testbed/vllm-standin/generate.py", "vllm_version": version,
+            "sdist_sha256": sdist_sha, "usage": "vllm bench serve [options]", "options": rows}
+
+
+def write_or_check(path: Path, data: dict[str, Any], check: bool) -> bool:
+    text = json.dumps(data, indent=1, sort_keys=False) + "\n"
+    if check:
+        same = path.is_file() and path.read_text(encoding="utf-8") == text
+        print(f"{path}: {'up to date' if same else 'DIFFERS from the source'}")
+        return same
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
 def main() -> int:
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     cli.add_argument("--version", default=DEFAULT_VERSION, help="vLLM release (default %(default)s)")
     cli.add_argument("--sdist", type=Path, help="a downloaded vllm-X.tar.gz instead of fetching it")
     cli.add_argument("--output", type=Path, default=OUTPUT)
+    cli.add_argument("--bench-output", type=Path, default=BENCH_OUTPUT)
+    cli.add_argument("--bench-only", action="store_true",
+                     help="only the `vllm bench serve` table (read from the source, no imports)")
     cli.add_argument("--check", action="store_true", help="fail if the committed file differs")
     opts = cli.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         sdist = opts.sdist or fetch_sdist(opts.version, Path(tmp))
         version = re.sub(r"^vllm-|\.tar\.gz$", "", sdist.name)
         sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
-        data = generate(unpack(sdist, Path(tmp)), sha, version)
-    text = json.dumps(data, indent=1, sort_keys=False) + "\n"
-    if opts.check:
-        same = opts.output.read_text(encoding="utf-8") == text
-        print(f"{opts.output}: {'up to date' if same else 'DIFFERS from the source'}")
-        return 0 if same else 1
-    opts.output.write_text(text, encoding="utf-8")
-    print(f"{opts.output}: {len(data['options'])} options, {len(data['cases'])} cases from vLLM {version}")
-    return 0
+        source = unpack(sdist, Path(tmp))
+        bench = bench_serve_table(source, sha, version)
+        data = None if opts.bench_only else generate(source, sha, version)
+    ok = write_or_check(opts.bench_output, bench, opts.check)
+    if data is not None:
+        ok = write_or_check(opts.output, data, opts.check) and ok
+        print(f"{opts.output}: {len(data['options'])} options, {len(data['cases'])} cases from vLLM {version}")
+    print(f"{opts.bench_output}: {len(bench['options'])} `vllm bench serve` options from vLLM {version}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

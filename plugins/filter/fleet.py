@@ -1,0 +1,59 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters of the fleet playbooks (status, benchmark): rows, the fleet's figures, one table."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import (
+    BENCHMARK_COLUMNS,
+    STATUS_COLUMNS,
+    benchmark_fleet,
+    benchmark_row,
+    render_table,
+    status_display,
+    status_row,
+)
+
+TABLES = {"status": STATUS_COLUMNS, "benchmark": BENCHMARK_COLUMNS}
+
+
+def fleet_status_row(raw: object) -> dict:
+    """One box's raw answers (a dict) -> its status row."""
+    if not isinstance(raw, dict):
+        raise AnsibleFilterError(f"fleet_status_row expects a dict of a box's answers, got {type(raw).__name__}")
+    return status_row(raw)
+
+
+def fleet_table(rows: object, kind: str = "status") -> str:
+    """Rows -> a text table; kind is status or benchmark."""
+    if kind not in TABLES:
+        raise AnsibleFilterError(f"fleet_table: kind must be one of {', '.join(TABLES)}, got {kind!r}")
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
+        raise AnsibleFilterError("fleet_table expects a list of rows (dicts)")
+    shown = [status_display(row) for row in rows] if kind == "status" else list(rows)
+    return render_table(shown, TABLES[kind])
+
+
+def fleet_benchmark_row(result: object, host: str, error: str = "") -> dict:
+    """`vllm bench serve` result JSON (text or dict) of one box -> its row."""
+    if not isinstance(result, (str, dict)) and result is not None:
+        raise AnsibleFilterError(f"fleet_benchmark_row expects the result JSON as text or a dict, got "
+                                 f"{type(result).__name__}")
+    return benchmark_row(str(host), result or "", str(error or ""))
+
+
+def fleet_benchmark_summary(results: object) -> dict:
+    """{host: result JSON} -> the fleet's row (throughput summed, percentiles over all requests)."""
+    if not isinstance(results, dict):
+        raise AnsibleFilterError(f"fleet_benchmark_summary expects a dict of host -> result, got "
+                                 f"{type(results).__name__}")
+    return benchmark_fleet(results)
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"fleet_status_row": fleet_status_row, "fleet_table": fleet_table,
+                "fleet_benchmark_row": fleet_benchmark_row, "fleet_benchmark_summary": fleet_benchmark_summary}

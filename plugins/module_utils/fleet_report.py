@@ -1,0 +1,343 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet's status and benchmark reports: rows from what each box said, one table.
+
+playbooks/status.yml and playbooks/benchmark.yml collect raw answers on the boxes (GPU facts,
+the deployment record, the model manifest, docker inspect, /health, /metrics, the watchdog's
+journal, ufw); these pure functions turn them into rows, a text table and fleet figures.
+Anything a box did not say is "unknown", never a guess. Unit tests:
+tests/unit/plugins/module_utils/test_fleet_report.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+UNKNOWN = "unknown"
+
+# vLLM's Prometheus names (vllm/v1/metrics/loggers.py, vLLM 0.19.1). Counters are exported
+# with the _total suffix by prometheus_client.
+METRICS = {
+    "requests_running": "vllm:num_requests_running",
+    "requests_waiting": "vllm:num_requests_waiting",
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    "prompt_tokens_total": "vllm:prompt_tokens_total",
+    "generation_tokens_total": "vllm:generation_tokens_total",
+}
+# Averaged over engines (a fraction); the others are summed (counts).
+AVERAGED = {"vllm:kv_cache_usage_perc"}
+# The watchdog's JSON log events that are actions on a container (roles/watchdog/files/sparkfleet_watchdog.py).
+WATCHDOG_ACTIONS = {"stop", "stopped", "kill", "recovered", "action_failed", "action_timeout"}
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+# The printed table: some columns join two fields of the row (status_display); the JSON has them apart.
+STATUS_COLUMNS = (
+    ("host", "host"), ("reachable", "up"), ("gpu", "GPU"), ("driver_cuda", "driver/CUDA"), ("image", "image"),
+    ("image_digest", "digest"), ("model_revision", "model@revision"), ("served_model_name", "served as"),
+    ("health", "health"), ("run_wait", "run/wait"), ("kv_cache_usage", "KV %"), ("tokens", "tokens in/out"),
+    ("memory_used_pct", "mem %"), ("watchdog_display", "watchdog (last action)"), ("firewall", "ufw"),
+)
+# Every field of a status row (the JSON's keys).
+ROW_FIELDS = ("host", "reachable", "error", "gpu", "gpu_present", "driver", "cuda", "image", "image_digest",
+              "container", "model", "revision", "commit", "served_model_name", "model_source", "deployed_at",
+              "health", "memory_used_pct", "watchdog", "watchdog_last_action", "firewall", *METRICS)
+BENCHMARK_COLUMNS = (
+    ("host", "host"), ("completed", "done"), ("failed", "failed"), ("output_throughput", "out tok/s"),
+    ("p50_ttft_ms", "TTFT p50 ms"), ("p95_ttft_ms", "TTFT p95 ms"), ("p50_e2el_ms", "E2E p50 ms"),
+    ("p95_e2el_ms", "E2E p95 ms"), ("mean_e2el_ms", "E2E mean ms"), ("error", "error"),
+)
+
+
+def parse_metrics(text: str | None) -> dict[str, float]:
+    """Prometheus text exposition -> {metric name: value}, summed over label sets (engines),
+    fractions averaged. Comments, NaN and malformed lines are skipped."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for line in (text or "").splitlines():
+        match = SAMPLE.match(line.strip())
+        if not match or line.startswith("#"):
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        name = match.group(1)
+        sums[name] = sums.get(name, 0.0) + value
+        counts[name] = counts.get(name, 0) + 1
+    return {name: (total / counts[name] if name in AVERAGED else total) for name, total in sums.items()}
+
+
+def _json(text: object) -> dict:
+    """A JSON object from text; {} when absent or not an object."""
+    if isinstance(text, dict):
+        return text
+    if not isinstance(text, str) or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def last_watchdog_action(journal: str | None) -> str:
+    """The newest action line of the watchdog's journal, as `event container (detail) at time`."""
+    found = "none"
+    for line in (journal or "").splitlines():
+        stamp, _sep, rest = line.partition(" {")
+        record = _json("{" + rest) if rest else _json(line)
+        if record.get("event") not in WATCHDOG_ACTIONS:
+            continue
+        detail = record.get("trigger") or record.get("reason") or record.get("error") or ""
+        words = [str(record["event"]), str(record.get("container", ""))]
+        if detail:
+            words.append(f"({detail})")
+        if rest and stamp:
+            # journalctl -o short-iso: "TIME HOST PROCESS[PID]: MESSAGE"
+            words.append(f"at {stamp.split()[0]}")
+        found = " ".join(w for w in words if w)
+    return found
+
+
+def system_sections(text: str | None) -> dict:
+    """The one shell task of playbooks/status.yml prints `## NAME` lines before each answer:
+    watchdog (systemctl is-active), journal (journalctl, `## journal-rc N` after it), ufw
+    (`ufw status`, then `## ufw-rc N`; 127 when there is no ufw)."""
+    sections: dict[str, list[str]] = {}
+    rcs: dict[str, int] = {}
+    current = None
+    for line in (text or "").splitlines():
+        match = re.match(r"^## ([a-z]+)(?:-rc (-?\d+))?$", line)
+        if match and match.group(2) is not None:
+            rcs[match.group(1)] = int(match.group(2))
+        elif match:
+            current = match.group(1)
+            sections[current] = []
+        elif current:
+            sections[current].append(line)
+    watchdog = "\n".join(sections.get("watchdog", [])).strip()
+    return {"watchdog_state": watchdog or UNKNOWN,
+            "watchdog_journal": "\n".join(sections["journal"]) if rcs.get("journal") == 0 else None,
+            "ufw_rc": rcs.get("ufw"), "ufw_stdout": "\n".join(sections.get("ufw", []))}
+
+
+def firewall_state(ufw_rc: int | None, ufw_stdout: str | None) -> str:
+    """`ufw status` -> active / inactive / not installed / unknown."""
+    if ufw_rc is None:
+        return UNKNOWN
+    if ufw_rc == 127:
+        return "not installed"
+    match = re.search(r"^Status:\s*(\w+)", ufw_stdout or "", re.M)
+    return match.group(1) if match else UNKNOWN
+
+
+def health_state(status: object, container_state: str) -> str:
+    """/health's HTTP status and the container's state -> one word."""
+    if isinstance(status, int) and status == 200:
+        return "ok"
+    if container_state not in ("running", UNKNOWN):
+        return f"down ({container_state})"
+    if isinstance(status, int) and status > 0:
+        return f"failing (HTTP {status})"
+    return "down" if container_state == "running" else UNKNOWN
+
+
+def _short_digest(digests: list, image_id: str) -> str:
+    for ref in digests or []:
+        if isinstance(ref, str) and "@" in ref:
+            return ref.split("@", 1)[1]
+    return image_id or UNKNOWN
+
+
+def _model_identity(manifest: dict, record: dict, legacy: dict, labels: dict) -> dict:
+    """The manifest names the weights on disk; the deployment record what was deployed; the
+    container's label (set by the vllm role) the model it was started for."""
+    recorded = record.get("model") if isinstance(record.get("model"), dict) else {}
+    model = manifest.get("repo") or recorded.get("repo") or labels.get("org.sparkfleet.vllm.model") or UNKNOWN
+    revision = manifest.get("revision") or recorded.get("revision") or UNKNOWN
+    commit = manifest.get("commit") or recorded.get("commit") or UNKNOWN
+    served = record.get("served_model_name") or legacy.get("served_model_name") or UNKNOWN
+    source = ("manifest" if manifest else "deployment record" if recorded
+              else "container label" if model != UNKNOWN else UNKNOWN)
+    return {"model": model, "revision": revision, "commit": commit, "served_model_name": served,
+            "model_source": source}
+
+
+def _gpu(gpu: dict) -> dict:
+    if not gpu:
+        return {"gpu": UNKNOWN, "driver": UNKNOWN, "cuda": UNKNOWN, "gpu_present": None}
+    names = gpu.get("names") or []
+    return {"gpu": ", ".join(names) if names else ("none: " + str(gpu.get("reason") or UNKNOWN)),
+            "driver": gpu.get("driver_version") or UNKNOWN, "cuda": gpu.get("cuda_driver_version") or UNKNOWN,
+            "gpu_present": bool(gpu.get("present"))}
+
+
+def _memory_pct(gpu: dict) -> float | str:
+    memory = gpu.get("memory") or {}
+    total, used = memory.get("total_bytes"), memory.get("used_bytes")
+    if isinstance(total, int) and total > 0 and isinstance(used, int):
+        return round(100.0 * used / total, 1)
+    return UNKNOWN
+
+
+def status_row(raw: dict) -> dict:
+    """One box's answers (see playbooks/status.yml) -> its row."""
+    host = str(raw.get("host", UNKNOWN))
+    if not raw.get("reachable"):
+        row = dict.fromkeys(ROW_FIELDS, UNKNOWN)
+        row.update(host=host, reachable=False, error=str(raw.get("error") or "unreachable"))
+        return row
+    gpu = raw.get("gpu") if isinstance(raw.get("gpu"), dict) else {}
+    record, legacy = _json(raw.get("deployment")), _json(raw.get("legacy_deployment"))
+    container = raw.get("container") if isinstance(raw.get("container"), dict) else {}
+    state = (container.get("State") or {}).get("Status") or ("absent" if raw.get("container_checked") else UNKNOWN)
+    image = (container.get("Config") or {}).get("Image") or record.get("image") or legacy.get("image") or UNKNOWN
+    image_info = raw.get("image") if isinstance(raw.get("image"), dict) else {}
+    digest = _short_digest(image_info.get("RepoDigests") or record.get("repo_digests") or [],
+                           image_info.get("Id") or container.get("Image") or record.get("image_id") or "")
+    metrics = parse_metrics(raw.get("metrics"))
+    if "system" in raw:
+        raw = {**raw, **system_sections(raw.get("system"))}
+    row = {"host": host, "reachable": True, "error": "", **_gpu(gpu), "image": image, "image_digest": digest,
+           "container": state,
+           **_model_identity(_json(raw.get("manifest")), record, legacy,
+                             (container.get("Config") or {}).get("Labels") or {}),
+           "deployed_at": record.get("deployed_at") or UNKNOWN,
+           "health": health_state(raw.get("health_status"), state),
+           "memory_used_pct": _memory_pct(gpu), "watchdog": raw.get("watchdog_state") or UNKNOWN,
+           "watchdog_last_action": last_watchdog_action(raw.get("watchdog_journal"))
+           if raw.get("watchdog_journal") is not None else UNKNOWN,
+           "firewall": firewall_state(raw.get("ufw_rc"), raw.get("ufw_stdout"))}
+    for key, name in METRICS.items():
+        value = metrics.get(name)
+        if value is None:
+            row[key] = UNKNOWN
+        elif key == "kv_cache_usage":
+            row[key] = round(100.0 * value, 1)
+        else:
+            row[key] = int(value) if float(value).is_integer() else value
+    return row
+
+
+def status_display(row: dict) -> dict:
+    """A status row with the printed table's joined columns."""
+    out = dict(row)
+    if not row.get("reachable"):
+        out.update({key: "" for key, _title in STATUS_COLUMNS if key not in ("host", "reachable")})
+        error = str(row.get("error", "")).splitlines()[-1:] or [""]
+        out["gpu"] = error[0][:60] + ("..." if len(error[0]) > 60 else "")
+        return out
+    out["driver_cuda"] = f"{row.get('driver', UNKNOWN)}/{row.get('cuda', UNKNOWN)}"
+    commit = row.get("commit", UNKNOWN)
+    revision = row.get("revision", UNKNOWN)
+    if commit not in (UNKNOWN, revision):
+        revision = f"{revision} ({str(commit)[:8]})"
+    out["model_revision"] = f"{row.get('model', UNKNOWN)}@{revision}"
+    out["run_wait"] = f"{_cell(row.get('requests_running'))}/{_cell(row.get('requests_waiting'))}"
+    out["tokens"] = f"{_cell(row.get('prompt_tokens_total'))}/{_cell(row.get('generation_tokens_total'))}"
+    action = row.get("watchdog_last_action", UNKNOWN)
+    out["watchdog_display"] = f"{row.get('watchdog', UNKNOWN)} ({action})"
+    return out
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.1f}" if abs(value) >= 100 or value == 0 else f"{value:.2f}".rstrip("0").rstrip(".")
+    if value is None:
+        return "-"
+    text = str(value)
+    # Digests and image IDs: enough to tell them apart.
+    if re.fullmatch(r"sha256:[0-9a-f]{64}", text):
+        return text[:19]
+    return text
+
+
+def render_table(rows: list[dict], columns: tuple[tuple[str, str], ...]) -> str:
+    """Rows -> a plain-text table (columns that no row has are left out)."""
+    present = [(key, title) for key, title in columns if any(key in row for row in rows)]
+    cells = [[title for _key, title in present]] + [[_cell(row.get(key)) for key, _t in present] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(present))]
+    out = []
+    for n, line in enumerate(cells):
+        out.append("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """numpy.percentile's default (linear) interpolation, as vLLM's benchmark computes it."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = p / 100.0 * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+BENCH_FIELDS = ("completed", "failed", "total_input_tokens", "total_output_tokens", "duration",
+                "output_throughput", "request_throughput", "mean_ttft_ms", "p50_ttft_ms", "p95_ttft_ms",
+                "mean_e2el_ms", "p50_e2el_ms", "p95_e2el_ms", "mean_tpot_ms", "mean_itl_ms")
+
+
+def benchmark_row(host: str, result: object, error: str = "") -> dict:
+    """`vllm bench serve`'s result JSON (saved with --save-detailed) -> the box's row."""
+    data = _json(result) if not isinstance(result, dict) else result
+    if not data:
+        return {"host": host, "error": error or "no result"}
+    row = {"host": host, "error": error}
+    row.update({key: data.get(key) for key in BENCH_FIELDS if key in data})
+    if data.get("failed") and not error:
+        errors = [e for e in data.get("errors") or [] if e]
+        row["error"] = f"{data['failed']} failed" + (f": {errors[0].strip().splitlines()[-1]}" if errors else "")
+    return row
+
+
+def _request_latencies(data: dict) -> tuple[list[float], list[float]]:
+    """Per-request TTFT and end-to-end latency (ms) of successful requests: the latency is the
+    TTFT plus the inter-token gaps (vllm/benchmarks/serve.py derives it the same way)."""
+    ttfts, e2els = [], []
+    errors = data.get("errors") or []
+    for i, ttft in enumerate(data.get("ttfts") or []):
+        if i < len(errors) and errors[i]:
+            continue
+        itl = (data.get("itls") or [[]] * (i + 1))[i] or []
+        ttfts.append(1000.0 * ttft)
+        e2els.append(1000.0 * (ttft + sum(itl)))
+    return ttfts, e2els
+
+
+def benchmark_fleet(results: dict[str, object]) -> dict:
+    """Host -> result JSON: the fleet's figures. Throughputs add up (the boxes run at once);
+    TTFT and latency percentiles are over every request of every box (from --save-detailed)."""
+    ttfts: list[float] = []
+    e2els: list[float] = []
+    fleet = {"host": "fleet", "completed": 0, "failed": 0, "total_output_tokens": 0, "output_throughput": 0.0,
+             "error": ""}
+    boxes = 0
+    for result in results.values():
+        data = _json(result) if not isinstance(result, dict) else result
+        if not data:
+            continue
+        boxes += 1
+        for key in ("completed", "failed", "total_output_tokens"):
+            fleet[key] += int(data.get(key) or 0)
+        fleet["output_throughput"] += float(data.get("output_throughput") or 0.0)
+        box_ttfts, box_e2els = _request_latencies(data)
+        ttfts += box_ttfts
+        e2els += box_e2els
+    fleet["boxes"] = boxes
+    fleet.update(p50_ttft_ms=percentile(ttfts, 50), p95_ttft_ms=percentile(ttfts, 95),
+                 p50_e2el_ms=percentile(e2els, 50), p95_e2el_ms=percentile(e2els, 95),
+                 mean_e2el_ms=sum(e2els) / len(e2els) if e2els else None)
+    if boxes < len(results):
+        fleet["error"] = f"{len(results) - boxes} box(es) without a result"
+    return fleet

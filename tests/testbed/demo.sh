@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# `make demo`: simulated DGX Sparks (the default Molecule scenario's platforms) provisioned
+# by the site playbook, then the fleet's status table and one request answered by each box.
+# `make demo-clean` (this script with `clean`) removes them. Molecule keeps its state in
+# DEMO_STATE (default .demo/ in the checkout), so that both find the same boxes.
+#
+#   tests/testbed/demo.sh          # up (again: a re-run converges, changing nothing)
+#   tests/testbed/demo.sh show     # the status table and one request per box again
+#   tests/testbed/demo.sh clean    # down
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+export MOLECULE_EPHEMERAL_DIRECTORY=${DEMO_STATE:-$root/.demo}
+inventory=$MOLECULE_EPHEMERAL_DIRECTORY/inventory
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+if [ "${1:-}" = clean ]; then
+    molecule destroy -s default
+    rm -rf "$MOLECULE_EPHEMERAL_DIRECTORY"
+    exit 0
+fi
+
+converge_s=
+if [ "${1:-}" != show ]; then
+    say "Simulated Sparks: create, prepare (the test bed's image is built once, cached by hash)"
+    molecule create -s default
+    molecule prepare -s default --force
+    say "The site playbook against them (ansible-playbook site.yml)"
+    start=$SECONDS
+    molecule converge -s default
+    converge_s=" (site playbook: $((SECONDS - start)) s)"
+fi
+
+hosts=$(ansible-inventory -i "$inventory" --list | python3 -c '
+import json, sys
+print(" ".join(json.load(sys.stdin).get("spark", {}).get("hosts", [])))')
+
+say "The fleet's status (ansible-playbook playbooks/status.yml)"
+ANSIBLE_PIPELINING=true ansible-playbook -i "$inventory" playbooks/status.yml \
+    -e status_json_path="$MOLECULE_EPHEMERAL_DIRECTORY/sparkfleet-status.json"
+
+say "One request answered by each box (POST /v1/chat/completions on the box)"
+for host in $hosts; do
+    vars=$(ansible-inventory -i "$inventory" --host "$host")
+    key=$(python3 -c 'import json, sys; print(json.load(sys.stdin).get("vllm_api_key", ""))' <<<"$vars")
+    port=$(python3 -c 'import json, sys; print(json.load(sys.stdin).get("vllm_port", 8000))' <<<"$vars")
+    served=$(docker exec "$host" sh -c 'cat /var/lib/sparkfleet/vllm/deployment.json 2>/dev/null ||
+        cat /etc/sparkfleet/vllm/deployed.json 2>/dev/null || echo "{}"' |
+        python3 -c 'import json, sys; print(json.load(sys.stdin).get("served_model_name") or "qwen3.5-35b")')
+    body=$(printf '{"model": "%s", "max_tokens": 32, "messages": [{"role": "user", "content": "Hello from %s"}]}' \
+        "$served" "$host")
+    # The key goes to curl on stdin (a header file), not on a command line.
+    answer=$(printf 'Authorization: Bearer %s\n' "$key" | docker exec -i "$host" curl -sS --max-time 60 \
+        -H @- -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
+    reply=$(python3 -c '
+import json, sys
+try:
+    print(json.loads(sys.stdin.read())["choices"][0]["message"]["content"])
+except (ValueError, KeyError, IndexError, TypeError) as exc:
+    print(f"no answer ({exc!r})")' <<<"$answer")
+    printf '  %-10s %s\n' "$host:" "$reply"
+done
+
+first=${hosts%% *}
+cat <<EOF
+
+Up: ${hosts// /, }${converge_s}. The boxes are containers, vLLM in them is a stand-in.
+  log in:     docker exec -it $first bash          (or: MOLECULE_EPHEMERAL_DIRECTORY=$MOLECULE_EPHEMERAL_DIRECTORY molecule login -s default -h $first)
+  re-run:     make demo                            (converges again: nothing changes)
+              tests/testbed/demo.sh show           (this table and the requests again)
+              ansible-playbook -i $inventory site.yml
+  status:     ansible-playbook -i $inventory playbooks/status.yml
+  benchmark:  ansible-playbook -i $inventory playbooks/benchmark.yml -e benchmark_num_prompts=16
+  tear down:  make demo-clean
+EOF

@@ -1,0 +1,273 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet's status and benchmark rows, the fleet figures and the table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import (
+    BENCHMARK_COLUMNS,
+    STATUS_COLUMNS,
+    benchmark_fleet,
+    benchmark_row,
+    firewall_state,
+    last_watchdog_action,
+    parse_metrics,
+    percentile,
+    render_table,
+    status_display,
+    status_row,
+    system_sections,
+)
+
+# vLLM 0.19.1's /metrics in the shape prometheus_client writes it (vllm/v1/metrics/loggers.py).
+METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="qwen3.5-35b"} 3.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="qwen3.5-35b"} 2.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="qwen3.5-35b"} 0.125
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="qwen3.5-35b"} 4096.0
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="qwen3.5-35b"} 512.0
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="qwen3.5-35b"} 4.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="qwen3.5-35b"} 12.0
+"""
+
+GPU = {"present": True, "names": ["NVIDIA GB10"], "driver_version": "580.142", "cuda_driver_version": "13.0",
+       "memory": {"total_bytes": 128 * 2**30, "used_bytes": 32 * 2**30}}
+RECORD = {"format": 1, "container": "vllm", "image": "vllm/vllm-openai:v0.19.1-cu130",
+          "image_id": "sha256:" + "a" * 64, "repo_digests": ["vllm/vllm-openai@sha256:" + "b" * 64],
+          "served_model_name": "qwen3.5-35b", "deployed_at": "2026-11-30T08:00:00Z",
+          "model": {"repo": "Qwen/Qwen3.5-35B-A3B-FP8", "revision": None, "commit": None, "dir": "/srv/models/x"}}
+MANIFEST = {"format": 1, "source": "huggingface", "repo": "Qwen/Qwen3.5-35B-A3B-FP8", "revision": "main",
+            "commit": "c" * 40}
+JOURNAL = "\n".join([
+    '2026-11-30T07:59:01+0000 spark-1 python3[88]: {"event":"state","container":"vllm","state":"armed"}',
+    '2026-11-30T08:01:02+0000 spark-1 python3[88]: {"event":"stop","used_pct":97.1,"container":"vllm",'
+    '"phase":"steady","threshold":90,"trigger":"threshold"}',
+    '2026-11-30T08:01:03+0000 spark-1 python3[88]: {"event":"stopped","container":"vllm","action":"stop"}',
+    '2026-11-30T08:01:04+0000 spark-1 python3[88]: {"event":"state","container":"vllm","state":"cooldown"}',
+])
+
+
+def raw(**overrides: object) -> dict:
+    base = {"host": "spark-1", "reachable": True, "gpu": GPU, "deployment": json.dumps(RECORD),
+            "legacy_deployment": "", "manifest": json.dumps(MANIFEST),
+            "container": {"State": {"Status": "running"}, "Config": {"Image": RECORD["image"]},
+                          "Image": RECORD["image_id"]},
+            "container_checked": True, "image": {"Id": RECORD["image_id"], "RepoDigests": RECORD["repo_digests"]},
+            "health_status": 200, "metrics": METRICS, "watchdog_state": "active", "watchdog_journal": JOURNAL,
+            "ufw_rc": 0, "ufw_stdout": "Status: active\n\nTo Action From\n"}
+    base.update(overrides)
+    return base
+
+
+def test_metrics_are_read_by_vllms_names_and_summed_over_label_sets():
+    metrics = parse_metrics(METRICS)
+    assert metrics["vllm:num_requests_running"] == 3.0
+    assert metrics["vllm:request_success_total"] == 16.0
+    assert metrics["vllm:kv_cache_usage_perc"] == 0.125
+
+
+def test_kv_usage_of_several_engines_is_averaged_not_summed():
+    text = ('vllm:kv_cache_usage_perc{engine="0"} 0.5\nvllm:kv_cache_usage_perc{engine="1"} 0.25\n'
+            'vllm:num_requests_running{engine="0"} 2\nvllm:num_requests_running{engine="1"} 5\n')
+    metrics = parse_metrics(text)
+    assert metrics["vllm:kv_cache_usage_perc"] == 0.375
+    assert metrics["vllm:num_requests_running"] == 7
+
+
+def test_malformed_metrics_lines_are_skipped():
+    assert parse_metrics("garbage\nvllm:x{a=\"1\"} NaN\nvllm:y notanumber\n# vllm:z 3\nvllm:w 2\n") == {"vllm:w": 2.0}
+    assert parse_metrics(None) == {}
+
+
+def test_a_healthy_box():
+    row = status_row(raw())
+    assert row["reachable"] is True and row["health"] == "ok"
+    assert (row["gpu"], row["driver"], row["cuda"]) == ("NVIDIA GB10", "580.142", "13.0")
+    assert row["image"] == "vllm/vllm-openai:v0.19.1-cu130" and row["image_digest"] == "sha256:" + "b" * 64
+    # The manifest names the weights on disk: it wins over the record.
+    assert (row["model"], row["revision"], row["commit"], row["model_source"]) == (
+        "Qwen/Qwen3.5-35B-A3B-FP8", "main", "c" * 40, "manifest")
+    assert row["served_model_name"] == "qwen3.5-35b"
+    assert (row["requests_running"], row["requests_waiting"], row["kv_cache_usage"]) == (3, 2, 12.5)
+    assert (row["prompt_tokens_total"], row["generation_tokens_total"]) == (4096, 512)
+    assert row["memory_used_pct"] == 25.0
+    assert row["watchdog"] == "active"
+    assert row["watchdog_last_action"] == "stopped vllm at 2026-11-30T08:01:03+0000"
+    assert row["firewall"] == "active"
+
+
+def test_without_manifest_the_record_names_the_model_and_revision_is_unknown():
+    row = status_row(raw(manifest=""))
+    assert (row["model"], row["revision"], row["model_source"]) == (
+        "Qwen/Qwen3.5-35B-A3B-FP8", "unknown", "deployment record")
+
+
+def test_nothing_recorded_is_unknown_not_a_guess():
+    row = status_row(raw(deployment="", manifest="", legacy_deployment="", metrics="", image={},
+                         container={}, container_checked=False, health_status=-1, watchdog_journal=None,
+                         ufw_rc=None, gpu={}))
+    for key in ("model", "revision", "served_model_name", "image", "image_digest", "requests_running",
+                "kv_cache_usage", "watchdog_last_action", "firewall", "gpu", "driver", "memory_used_pct", "health"):
+        assert row[key] == "unknown", key
+
+
+def test_the_older_record_of_the_vllm_role_is_read_when_there_is_no_deployment_record():
+    legacy = {"container": "vllm", "image": "sparkfleet-sim/vllm-openai:standin", "served_model_name": "q"}
+    row = status_row(raw(deployment="", manifest="", legacy_deployment=json.dumps(legacy), container={}, image={}))
+    assert (row["image"], row["served_model_name"]) == ("sparkfleet-sim/vllm-openai:standin", "q")
+
+
+@pytest.mark.parametrize(("status", "container", "expected"), [
+    (200, {"State": {"Status": "running"}}, "ok"),
+    (-1, {"State": {"Status": "running"}}, "down"),
+    (503, {"State": {"Status": "running"}}, "failing (HTTP 503)"),
+    (-1, {"State": {"Status": "exited"}}, "down (exited)"),
+])
+def test_health(status: int, container: dict, expected: str):
+    assert status_row(raw(health_status=status, container=container))["health"] == expected
+
+
+def test_a_missing_container_is_said_so():
+    row = status_row(raw(container={}, container_checked=True, health_status=-1))
+    assert row["container"] == "absent" and row["health"] == "down (absent)"
+
+
+def test_an_unreachable_box_is_a_row():
+    row = status_row({"host": "spark-9", "reachable": False, "error": "ssh: connect to host: No route to host"})
+    assert row["reachable"] is False and row["error"].startswith("ssh:")
+    assert row["model"] == "unknown" and row["host"] == "spark-9"
+    assert "spark-9" in render_table([row], STATUS_COLUMNS)
+
+
+def test_watchdog_without_actions_says_none():
+    assert last_watchdog_action(JOURNAL.splitlines()[0]) == "none"
+    assert last_watchdog_action("-- No entries --") == "none"
+    assert last_watchdog_action('2026-11-30T08:00:00+0000 h p[1]: {"event":"kill","container":"vllm",'
+                                '"reason":"not stopped after 5 s"}') == (
+        "kill vllm (not stopped after 5 s) at 2026-11-30T08:00:00+0000")
+
+
+@pytest.mark.parametrize(("rc", "out", "state"), [
+    (0, "Status: inactive\n", "inactive"), (0, "Status: active\n", "active"), (127, "", "not installed"),
+    (1, "ERROR: You need to be root to run this script", "unknown"), (None, "", "unknown")])
+def test_firewall(rc: int | None, out: str, state: str):
+    assert firewall_state(rc, out) == state
+
+
+def test_the_system_answers_come_in_one_text():
+    text = "\n".join(["## watchdog", "active", "## journal", *JOURNAL.splitlines(), "## journal-rc 0",
+                      "## ufw", "Status: active", "", "To Action From", "## ufw-rc 0"])
+    answers = system_sections(text)
+    assert answers["watchdog_state"] == "active" and answers["ufw_rc"] == 0
+    assert last_watchdog_action(answers["watchdog_journal"]).startswith("stopped vllm")
+    row = status_row(raw(system=text, watchdog_state=None, watchdog_journal=None, ufw_rc=None, ufw_stdout=None))
+    assert (row["watchdog"], row["firewall"]) == ("active", "active")
+    assert row["watchdog_last_action"] == "stopped vllm at 2026-11-30T08:01:03+0000"
+
+
+def test_no_ufw_and_no_journal():
+    answers = system_sections("## watchdog\ninactive\n## journal\nNo journal files were found.\n## journal-rc 1\n"
+                              "## ufw\n## ufw-rc 127\n")
+    assert answers == {"watchdog_state": "inactive", "watchdog_journal": None, "ufw_rc": 127, "ufw_stdout": ""}
+    assert system_sections("")["watchdog_state"] == "unknown"
+
+
+def test_the_container_label_names_the_model_when_nothing_else_does():
+    container = {"State": {"Status": "running"}, "Config": {"Labels": {"org.sparkfleet.vllm.model": "Qwen/Q"}}}
+    row = status_row(raw(manifest="", deployment="", container=container))
+    assert (row["model"], row["revision"], row["model_source"]) == ("Qwen/Q", "unknown", "container label")
+
+
+def test_the_printed_table_joins_fields():
+    shown = status_display(status_row(raw()))
+    assert shown["driver_cuda"] == "580.142/13.0"
+    assert shown["model_revision"] == "Qwen/Qwen3.5-35B-A3B-FP8@main (cccccccc)"
+    assert (shown["run_wait"], shown["tokens"]) == ("3/2", "4096/512")
+    assert shown["watchdog_display"] == "active (stopped vllm at 2026-11-30T08:01:03+0000)"
+    gone = status_display(status_row({"host": "spark-2", "reachable": False, "error": "timed out"}))
+    assert gone["gpu"] == "timed out" and gone["model_revision"] == ""
+
+
+def test_table_aligns_columns_and_marks_unreachable():
+    rows = [status_display(status_row(raw())), status_display(status_row({"host": "spark-2", "reachable": False}))]
+    lines = render_table(rows, STATUS_COLUMNS).splitlines()
+    assert lines[0].startswith("host ") and set(lines[1].replace(" ", "")) == {"-"}
+    assert lines[2].startswith("spark-1 ") and " NO " in lines[3]
+    # Every data column starts where its header does.
+    header = lines[0]
+    assert lines[2].index("yes") == header.index("up")
+    # Long digests are shortened to what tells them apart.
+    assert "sha256:bbbbbbbbbbbb " in lines[2]
+
+
+# --- benchmark ---------------------------------------------------------------------------------
+
+def bench_result(ttfts: list[float], itls: list[list[float]], errors: list[str] | None = None, **extra) -> dict:
+    errors = errors or [""] * len(ttfts)
+    done = sum(1 for e in errors if not e)
+    return {"completed": done, "failed": len(errors) - done, "total_output_tokens": 10 * done, "duration": 2.0,
+            "output_throughput": 5.0 * done, "p50_ttft_ms": 1.0, "p95_ttft_ms": 2.0, "ttfts": ttfts, "itls": itls,
+            "errors": errors, **extra}
+
+
+def test_numpy_percentile():
+    values = [3.0, 1.0, 2.0, 10.0]
+    assert percentile(values, 50) == 2.5
+    assert percentile(values, 95) == pytest.approx(8.95)
+    assert percentile([], 50) is None
+
+
+def test_benchmark_row_takes_vllms_figures():
+    row = benchmark_row("spark-1", json.dumps(bench_result([0.1], [[0.01]])))
+    assert (row["host"], row["completed"], row["output_throughput"], row["p95_ttft_ms"]) == ("spark-1", 1, 5.0, 2.0)
+    assert row["error"] == ""
+    assert "ttfts" not in row
+
+
+def test_benchmark_row_of_a_box_without_result_or_with_failures():
+    assert benchmark_row("spark-2", "", "docker: No such container: vllm") == {
+        "host": "spark-2", "error": "docker: No such container: vllm"}
+    row = benchmark_row("spark-3", bench_result([0.1, 0.0], [[0.01], []], ["", "Traceback\nOSError: refused\n"]))
+    assert row["error"] == "1 failed: OSError: refused"
+
+
+def test_fleet_adds_throughput_and_takes_percentiles_over_every_request():
+    results = {
+        "spark-1": json.dumps(bench_result([0.1, 0.2], [[0.01, 0.01], [0.02]])),
+        "spark-2": bench_result([0.3, 0.0], [[0.05], []], ["", "failed"]),
+    }
+    fleet = benchmark_fleet(results)
+    assert fleet["boxes"] == 2 and fleet["completed"] == 3 and fleet["failed"] == 1
+    assert fleet["output_throughput"] == 15.0
+    # TTFTs of the three successful requests: 100, 200, 300 ms; latency = TTFT + gaps.
+    assert fleet["p50_ttft_ms"] == pytest.approx(200.0)
+    assert fleet["p95_ttft_ms"] == pytest.approx(290.0)
+    assert sorted([fleet["p50_e2el_ms"]]) == [pytest.approx(220.0)]
+    assert fleet["mean_e2el_ms"] == pytest.approx((120 + 220 + 350) / 3)
+
+
+def test_fleet_of_no_results_says_so():
+    fleet = benchmark_fleet({"spark-1": ""})
+    assert fleet["boxes"] == 0 and fleet["p50_ttft_ms"] is None and "1 box(es) without a result" in fleet["error"]
+    lines = render_table([benchmark_row("spark-1", "", "no result"), fleet], BENCHMARK_COLUMNS).splitlines()
+    assert lines[-1].startswith("fleet ") and " - " in lines[-1]
+
+
+def test_every_row_has_the_same_keys():
+    keys = set(status_row(raw()))
+    assert set(status_row({"host": "x", "reachable": False})) == keys
+    assert set(status_row({"host": "x", "reachable": True})) == keys
