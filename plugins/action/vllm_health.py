@@ -18,10 +18,10 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import summarize
+from ansible_collections.sparkfleet.serving.plugins.module_utils.waiting import wait_slices
 
 display = Display()
 MODULE = "sparkfleet.serving.vllm_health"
-MAX_PROGRESS_INTERVAL = 30.0
 
 
 class ActionModule(ActionBase):
@@ -33,12 +33,9 @@ class ActionModule(ActionBase):
         del tmp
         args = dict(self._task.args)
         try:
-            timeout = float(args.get("timeout", 1800))
-            slice_seconds = min(float(args.get("progress_interval", 25)), MAX_PROGRESS_INTERVAL)
-        except (TypeError, ValueError):
-            result.update(failed=True, msg=(
-                f"timeout {args.get('timeout')!r} / progress_interval {args.get('progress_interval')!r}: "
-                "expected numbers of seconds"))
+            timeout, slice_seconds = wait_slices(args, 1800.0)
+        except ValueError as exc:
+            result.update(failed=True, msg=str(exc))
             return result
         host = (task_vars or {}).get("inventory_hostname", "?")
         begin = time.monotonic()

@@ -1,9 +1,11 @@
-"""Verify the whole box as site.yml left it: every role's result on one simulated Spark,
-up to the vLLM API answering with the shipped profile."""
+"""Verify the boxes as site.yml left them: every role's result on each of two simulated Sparks,
+from the weights (spark-1 from the stand-in hub, spark-2 from spark-1) up to the vLLM API
+answering with the shipped profile."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from spark_testinfra import golden_vllm_argv, inspect_container
 
@@ -71,3 +73,54 @@ def test_vllm_api_is_healthy_and_serves_the_profile_model(host):
 def test_vllm_api_refuses_a_request_without_the_key(host):
     status = host.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 10 {API}/v1/models")
     assert status == "401"
+
+
+# --- the weights: spark-1 from the stand-in hub, spark-2 from spark-1 over the LAN ---------------
+
+MODEL_DIR = "/srv/models/Qwen3.5-35B-A3B-FP8"
+HUB = "http://hub.sparkfleet.test"
+TIMINGS = Path("/tmp/sparkfleet-molecule-timings/default.json")
+
+
+def manifest(host) -> dict:
+    return json.loads(host.file(f"{MODEL_DIR}/sparkfleet-manifest.json").content_string)
+
+
+def fetch_unit_seconds(host) -> float:
+    """How long the box's download unit ran, from systemd's journal (start to end of the last run)."""
+    lines = host.check_output("journalctl -u sparkfleet-model-fetch.service -o short-unix --no-pager").splitlines()
+    started = [float(x.split()[0]) for x in lines if "Started" in x]
+    ended = [float(x.split()[0]) for x in lines if "Deactivated" in x or "Consumed" in x or "Failed" in x]
+    return round(max(ended) - max(started), 1) if started and ended else -1.0
+
+
+def test_weights_are_complete_and_verified(host):
+    assert host.run(f"cd {MODEL_DIR} && sha256sum --quiet -c SHA256SUMS").rc == 0
+    got = manifest(host)
+    assert got["repo"] == "Qwen/Qwen3.5-35B-A3B-FP8"
+    repos = json.loads(host.check_output(f"curl -fsS {HUB}/_standin/repos"))["repos"]
+    assert got["commit"] == repos[got["repo"]]["refs"]["branches"]["main"]
+    assert host.run(f"find {MODEL_DIR} -type l -o -name '*.incomplete' -o -name .sparkfleet-staging").stdout == ""
+
+
+def test_the_second_box_copied_from_the_first_without_asking_the_hub(host):
+    name = host.check_output("hostname")
+    TIMINGS.parent.mkdir(parents=True, exist_ok=True)
+    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    timings[f"{name}_download_seconds"] = fetch_unit_seconds(host)
+    TIMINGS.write_text(json.dumps(timings, indent=1))
+    log = json.loads(host.check_output(f"curl -fsS {HUB}/_standin/requests"))
+    address = host.check_output("hostname -I").split()[0]
+    hub_requests = [r for r in log if r["client"] == address and not r["host"].startswith("pypi.")]
+    if name == "spark-1":
+        assert manifest(host)["copied_from"] is None
+        assert hub_requests, "the seed downloads from the hub"
+    else:
+        seed = host.check_output("getent ahostsv4 spark-1").split()[0]
+        assert seed in (manifest(host)["copied_from"] or "")
+        assert hub_requests == []
+
+
+def test_the_lan_copy_left_no_server_and_no_firewall_rule(host):
+    assert host.check_output("systemctl show -p ActiveState --value sparkfleet-model-seed.service") == "inactive"
+    assert "sparkfleet.serving.model" not in host.check_output("ufw show added")

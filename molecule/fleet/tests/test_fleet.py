@@ -1,0 +1,193 @@
+"""Verify the fleet: three simulated Sparks converged by site.yml, then rollouts through
+playbooks/rollout.yml judged on real state (the containers in each box's own Docker engine,
+the deployment records, the API) and on the rollout's JSON summary.
+
+Runs in file order: the converged fleet, a rollout the second batch's box cannot serve
+(fleet-2 has less unified memory free: see molecule.yml), a rollout that succeeds
+everywhere, its re-run, and an operator's undo of the last deployment on one box.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import testinfra
+from spark_testinfra import golden_vllm_argv, recap_changed, run_playbook
+
+SCENARIO = Path(__file__).resolve().parents[1]
+ROLLOUT = SCENARIO.parents[1] / "playbooks" / "rollout.yml"
+BOXES = ("fleet-1", "fleet-2", "fleet-3")
+RECORDS = "/var/lib/sparkfleet/vllm"
+KEY = "sk-molecule-fleet-test"
+
+
+def box(name: str):
+    return testinfra.get_host(f"docker://{name}")
+
+
+def inspect(name: str) -> dict:
+    return json.loads(box(name).check_output("docker inspect vllm"))[0]
+
+
+def record(name: str, which: str = "deployment") -> dict:
+    return json.loads(box(name).check_output(f"cat {RECORDS}/{which}.json"))
+
+
+def flag(info: dict, name: str) -> str:
+    return info["Args"][info["Args"].index(name) + 1]
+
+
+def serves(name: str) -> bool:
+    """/health, then a chat completion with the key, from inside the box."""
+    body = json.dumps({"model": "qwen3.5-35b", "messages": [{"role": "user", "content": "still there?"}]})
+    health = box(name).run("curl -fsS --max-time 10 -o /dev/null http://127.0.0.1:8000/health")
+    chat = box(name).run(f"curl -fsS --max-time 30 -H 'Authorization: Bearer {KEY}' "
+                         f"-H 'Content-Type: application/json' -d '{body}' http://127.0.0.1:8000/v1/chat/completions")
+    return health.rc == 0 and chat.rc == 0 and json.loads(chat.stdout)["choices"][0]["message"]["content"].endswith(
+        "still there?")
+
+
+def rollout(tmp_path: Path, extra: dict) -> tuple[object, dict | None]:
+    summary = tmp_path / "summary.json"
+    result = run_playbook(ROLLOUT, {**extra, "rollout_summary_file": str(summary)})
+    return result, json.loads(summary.read_text()) if summary.exists() else None
+
+
+def by_host(summary: dict) -> dict[str, dict]:
+    return {entry["host"]: entry for entry in summary["hosts"]}
+
+
+# --- the fleet as site.yml left it ----------------------------------------------------------
+
+@pytest.mark.parametrize("name", BOXES)
+def test_each_box_recorded_what_passed_its_health_gate(name: str):
+    info, recorded = inspect(name), record(name)
+    assert recorded["image_id"] == info["Image"]
+    assert ["vllm", "serve", *recorded["argv"]] == ["vllm", *golden_vllm_argv()]
+    assert [info["Path"], *info["Args"]] == ["vllm", *golden_vllm_argv()]
+    env = dict(e.split("=", 1) for e in info["Config"]["Env"])
+    mine = {k: env[k] for k in recorded["env_keys"]}
+    # The values are not in the record, only their hash (Ansible's to_json(sort_keys=true)).
+    assert KEY not in json.dumps(recorded)
+    assert recorded["env_sha256"] == hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
+    assert box(name).file(f"{RECORDS}/deployment-env.json").mode == 0o600
+    assert not box(name).file(f"{RECORDS}/previous.json").exists
+    tags = box(name).check_output("docker image inspect -f '{{.Id}}' sparkfleet-known-good/vllm:deployment")
+    assert tags == info["Image"]
+
+
+# --- a change the second batch's box cannot serve -------------------------------------------
+
+@pytest.fixture(scope="module")
+def failed_rollout(tmp_path_factory):
+    before = {name: (inspect(name), record(name)) for name in BOXES}
+    result, summary = rollout(tmp_path_factory.mktemp("failed"), {"vllm_gpu_memory_utilization": 0.8})
+    return before, result, summary
+
+
+def test_the_failed_rollout_fails_the_run_and_says_why(failed_rollout):
+    result, summary = failed_rollout[1:]
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert summary["complete"] is False
+    hosts = by_host(summary)
+    assert [hosts[n]["state"] for n in BOXES] == ["deployed", "rolled_back", "staged"]
+    assert [hosts[n]["batch"] for n in BOXES[:2]] == [1, 2]
+    assert summary["rolled_back"] == ["fleet-2"] and summary["not_reached"] == ["fleet-3"]
+    # The vllm role's diagnosis of the stand-in's vLLM text ("Free memory on device ...").
+    assert any("free memory" in why.lower() for why in hosts["fleet-2"]["why"]), hosts["fleet-2"]
+    assert "--gpu-memory-utilization 0.75 -> 0.8" in hosts["fleet-1"]["changes"]
+    assert "rolled back" in hosts["fleet-2"]["line"] and "not reached" in hosts["fleet-3"]["line"]
+    assert "The rollout stopped" in result.stdout + result.stderr
+
+
+def test_the_canary_went_first_and_runs_the_change(failed_rollout):
+    before = failed_rollout[0]
+    canary, second = inspect("fleet-1"), inspect("fleet-2")
+    assert flag(canary, "--gpu-memory-utilization") == "0.8"
+    assert canary["Id"] != before["fleet-1"][0]["Id"]
+    # Restarted one after the other, canary first (ISO times of one clock compare as text).
+    assert canary["State"]["StartedAt"] < second["State"]["StartedAt"]
+    assert record("fleet-1", "previous") == before["fleet-1"][1]
+    assert serves("fleet-1")
+
+
+def test_the_failing_box_is_back_on_its_known_good_deployment_and_serves(failed_rollout):
+    before = failed_rollout[0]
+    info = inspect("fleet-2")
+    old = before["fleet-2"][0]
+    assert info["State"]["Running"] is True and info["Id"] != old["Id"]
+    assert info["Image"] == old["Image"]
+    assert info["Args"] == old["Args"]
+    assert sorted(info["Config"]["Env"]) == sorted(old["Config"]["Env"])
+    assert info["HostConfig"]["ShmSize"] == old["HostConfig"]["ShmSize"]
+    assert [m["Source"] for m in info["Mounts"]] == [m["Source"] for m in old["Mounts"]]
+    # Still the known-good record: the failed change was never recorded.
+    assert record("fleet-2") == before["fleet-2"][1]
+    assert serves("fleet-2")
+
+
+def test_the_third_batch_was_never_touched(failed_rollout):
+    before = failed_rollout[0]
+    info = inspect("fleet-3")
+    assert info["Id"] == before["fleet-3"][0]["Id"]
+    assert info["State"]["StartedAt"] == before["fleet-3"][0]["State"]["StartedAt"]
+    assert record("fleet-3") == before["fleet-3"][1]
+
+
+# --- a change every box can serve, and its re-run ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def good_rollout(failed_rollout, tmp_path_factory):
+    del failed_rollout  # after it
+    return rollout(tmp_path_factory.mktemp("good"), {"vllm_max_num_seqs": 8})
+
+
+def test_a_rollout_that_succeeds_everywhere(good_rollout):
+    result, summary = good_rollout
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert summary["complete"] is True
+    hosts = by_host(summary)
+    expected = [("deployed", 1), ("deployed", 2), ("deployed", 3)]
+    assert [(hosts[n]["state"], hosts[n]["batch"]) for n in BOXES] == expected
+    for name in BOXES:
+        info = inspect(name)
+        assert (flag(info, "--max-num-seqs"), flag(info, "--gpu-memory-utilization")) == ("8", "0.75")
+        assert ["serve", *record(name)["argv"]] == info["Args"]
+        assert serves(name)
+
+
+def test_rerunning_a_finished_rollout_changes_nothing(good_rollout):
+    del good_rollout
+    before = {name: inspect(name)["Id"] for name in BOXES}
+    result = run_playbook(ROLLOUT, {"vllm_max_num_seqs": 8})
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert recap_changed(result.stdout) == 0
+    assert {name: inspect(name)["Id"] for name in BOXES} == before
+
+
+# --- an operator's undo ---------------------------------------------------------------------
+
+def test_undo_puts_one_box_back_on_the_previous_deployment(good_rollout):
+    del good_rollout
+    current, previous = record("fleet-3"), record("fleet-3", "previous")
+    result = run_playbook(SCENARIO / "undo.yml", limit="fleet-3")
+    assert result.returncode == 0, result.stdout[-3000:]
+    info = inspect("fleet-3")
+    assert info["Args"] == ["serve", *previous["argv"]] and flag(info, "--max-num-seqs") == "16"
+    # Swapped: undoing again would go back to the change.
+    assert {k: v for k, v in record("fleet-3").items() if k != "deployed_at"} == \
+        {k: v for k, v in previous.items() if k != "deployed_at"}
+    assert record("fleet-3", "previous") == current
+    assert serves("fleet-3")
+
+
+# --- status and benchmark against the fleet --------------------------------------------------
+
+def test_status_and_benchmark_report_the_fleet():
+    """status-benchmark.yml runs playbooks/status.yml and playbooks/benchmark.yml and checks
+    their JSON against the boxes' own counters (its asserts are the test)."""
+    result = run_playbook(SCENARIO / "status-benchmark.yml")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
