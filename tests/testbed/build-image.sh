@@ -64,7 +64,9 @@ main() {
         base_image=$(debian_base)
         extra=""
     fi
-    key=$( (echo "$base_image"; docker image inspect -f '{{.Id}}' "$base_image";
+    # $extra: on ubuntu:24.04 the package list is installed by the Containerfile, so it
+    # belongs to this layer's key (on Debian it is part of the base image's own key).
+    key=$( (echo "$base_image"; echo "$extra"; docker image inspect -f '{{.Id}}' "$base_image";
             cat "$here/Containerfile"; cd "$here" && find standins -type f | sort | xargs sha256sum) | hash_of)
     image="$repo/spark:$key"
     if docker image inspect "$image" >/dev/null 2>&1; then
