@@ -161,6 +161,8 @@ def test_grace_then_steady_threshold_stops_the_real_container(host, vllm):
         time.sleep(0.2)
     assert wait_for(lambda: not running(host), 10, 0.05), "the watchdog did not stop the container"
     assert seconds_since_start(host) >= GRACE
+    # journald stores the service's lines a moment after they are written: wait for both.
+    assert wait_for(lambda: {"phase", "stop"} <= {e["event"] for e in events(host, since)}, 5), events(host, since)
     seen = events(host, since)
     phase = next(e for e in seen if e["event"] == "phase")
     assert (phase["previous"], phase["phase"], phase["threshold"]) == ("startup", "steady", 90)
