@@ -15,9 +15,10 @@ AT_DIR := $(AT_ROOT)/ansible_collections/sparkfleet/serving
 export ANSIBLE_HOME := $(CURDIR)/.ansible
 export ANSIBLE_REMOTE_TMP := ~/.ansible/tmp
 
-.PHONY: importer test quick setup docs lint sanity units pytest molecule link collection demo demo-clean clean
+.PHONY: importer test quick setup docs lint sanity units pytest molecule link collection demo demo-clean clean images
 
-test: lint pytest sanity units collection importer molecule
+# The fast gates two at a time (quick), the tarball, then Molecule in two lanes.
+test: quick collection importer molecule
 
 # The inner loop: every gate but the tarball and Molecule, no containers. Two at a time
 # (sanity, the longest, first): on two cores that is about half the sequential time.
@@ -36,9 +37,11 @@ docs:
 	    aar-doc --output-file README.md --output-template .config/aar-doc/variables.md.j2 $$role markdown || exit 1; \
 	done
 
+# Only when missing: Molecule's dependency step runs this in both lanes at once, and
+# `ln -sfn` replacing the same link twice at once can fail with "File exists".
+LINK := .ansible/collections/ansible_collections/sparkfleet/serving
 link:
-	@mkdir -p .ansible/collections/ansible_collections/sparkfleet
-	@ln -sfn ../../../.. .ansible/collections/ansible_collections/sparkfleet/serving
+	@[ "$$(readlink $(LINK))" = ../../../.. ] || { mkdir -p $(dir $(LINK)) && ln -sfn ../../../.. $(LINK); }
 
 lint: link
 	yamllint .
@@ -64,8 +67,35 @@ sanity: $(AT_DIR)
 units: $(AT_DIR)
 	cd $(AT_DIR) && ansible-test units --python $(PYVER) --local --color no --requirements
 
-molecule: link
-	molecule test --all
+# The test-bed images (simulated Spark, stand-in vLLM, stand-in hub), each cached by a hash
+# of its inputs: built once here, before the lanes, so that two lanes never build one at once.
+images:
+	tests/testbed/build-image.sh >/dev/null
+	tests/testbed/vllm-standin/build.sh >/dev/null
+	tests/testbed/hub-standin/build.sh >/dev/null
+
+# Every scenario, in two lanes that run side by side. A scenario spends much of its time
+# waiting (systemd and the inner Docker engines starting, health gates, downloads), so two
+# lanes fit on two cores; each scenario's boxes, networks and hub have names of their own.
+# The lanes are balanced by the scenarios' measured times (fleet is the longest). A
+# scenario in neither lane stops the run: none may be left out by accident.
+MOLECULE_LANE_1 ?= fleet docker_runtime watchdog preflight
+MOLECULE_LANE_2 ?= vllm default model firewall
+MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+MOLECULE_UNLANED := $(filter-out $(MOLECULE_LANE_1) $(MOLECULE_LANE_2),$(MOLECULE_SCENARIOS))
+molecule: link images
+	@[ -z "$(MOLECULE_UNLANED)" ] || { echo "molecule: scenario(s) in no lane: $(MOLECULE_UNLANED) (add them to MOLECULE_LANE_1 or _2)"; exit 2; }
+	$(MAKE) --no-print-directory -j2 -k molecule-lane-1 molecule-lane-2
+
+# One lane: its scenarios one after the other, each line prefixed with the scenario's name;
+# the lane stops at its first failing scenario (the other lane runs to its end).
+molecule-lane-%:
+	@for scenario in $(MOLECULE_LANE_$*); do \
+	    started=$$(date +%s); \
+	    molecule test -s $$scenario 2>&1 | sed -u "s/^/[$$scenario] /" \
+	        || { echo "[$$scenario] FAILED after $$(( $$(date +%s) - started )) s"; exit 1; }; \
+	    echo "[$$scenario] passed in $$(( $$(date +%s) - started )) s"; \
+	done
 
 # Build the tarball, install it where nothing else is, and load the installed copy's
 # site playbook: what a user gets from `ansible-galaxy collection install`.

@@ -43,6 +43,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "sp-"
 NETWORK = "sp-bench"
+HUB = "sp-hub"
 USER = "nvidia"
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
@@ -111,7 +112,7 @@ def start_boxes(names: list[str], image: str, public_key: str) -> None:
 
 
 def remove_boxes(names: list[str]) -> None:
-    subprocess.run(["docker", "rm", "-f", "-v", *names], check=False, capture_output=True)
+    subprocess.run(["docker", "rm", "-f", "-v", HUB, *names], check=False, capture_output=True)
     subprocess.run(["docker", "network", "rm", NETWORK], check=False, capture_output=True)
 
 
@@ -152,8 +153,8 @@ class Runner:
     def __init__(self, tree: Path, profile: bool, out_dir: Path) -> None:
         self.tree, self.profile, self.out_dir = tree, profile, out_dir
 
-    def playbook(self, inventory: Path, playbook_path: str, label: str,
-                 extra_env: dict[str, str] | None = None) -> tuple[float, float, dict[str, tuple[int, ...]]]:
+    def playbook(self, inventory: Path, playbook_path: str, label: str, extra_env: dict[str, str] | None = None,
+                 extra_args: list[str] | None = None) -> tuple[float, float, dict[str, tuple[int, ...]]]:
         """Returns the wall time, the controller's CPU time and each host's recap."""
         env = os.environ | {"ANSIBLE_HOME": str(self.tree / ".ansible"), "ANSIBLE_REMOTE_TMP": "~/.ansible/tmp",
                             "ANSIBLE_NOCOLOR": "1"} | (extra_env or {})
@@ -161,7 +162,7 @@ class Runner:
             env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
-        result = subprocess.run(["ansible-playbook", "-i", str(inventory), playbook_path], cwd=self.tree, env=env,
+        result = subprocess.run(["ansible-playbook", "-i", str(inventory), playbook_path, *(extra_args or [])], cwd=self.tree, env=env,
                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
         elapsed = time.monotonic() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -230,8 +231,12 @@ def main() -> int:
             run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
             addresses = start_boxes(names, image, key.with_suffix(".pub").read_text())
             docker_all = write_inventory(work / "docker-all.yml", names, "docker", addresses, key)
-            runner.playbook(docker_all, "molecule/resources/prepare-vllm.yml", "prepare",
-                            {"MOLECULE_PROJECT_DIRECTORY": str(runner.tree)})
+            molecule_env = {"MOLECULE_PROJECT_DIRECTORY": str(runner.tree)}
+            # The default scenario's model role downloads from the stand-in model hub
+            # (tests/testbed/hub-standin), which Molecule starts on the scenario's network.
+            runner.playbook(docker_all, "molecule/resources/hub-standin.yml", "hub", molecule_env,
+                            ["-e", f"hub_standin_network={NETWORK}", "-e", f"hub_standin_name={HUB}"])
+            runner.playbook(docker_all, "molecule/resources/prepare-vllm.yml", "prepare", molecule_env)
         addresses = {name: output(["docker", "inspect", "-f",
                                    f"{{{{(index .NetworkSettings.Networks \"{NETWORK}\").IPAddress}}}}", name])
                      for name in names}
