@@ -162,7 +162,8 @@ class Runner:
             env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
-        result = subprocess.run(["ansible-playbook", "-i", str(inventory), playbook_path, *(extra_args or [])], cwd=self.tree, env=env,
+        argv = ["ansible-playbook", "-i", str(inventory), playbook_path, *(extra_args or [])]
+        result = subprocess.run(argv, cwd=self.tree, env=env,
                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
         elapsed = time.monotonic() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -198,6 +199,23 @@ class Runner:
                    for key in ("wall_s", "controller_cpu_s", "boxes_cpu_s")}}
 
 
+def prepare_boxes(runner: Runner, names: list[str], work: Path, key: Path) -> None:
+    """Fresh boxes with a new key, the stand-in hub beside them, prepared as Molecule does."""
+    image = build_images()
+    log(f"boxes {', '.join(names)} of {image}")
+    remove_boxes(names)
+    key.unlink(missing_ok=True)
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
+    start_boxes(names, image, key.with_suffix(".pub").read_text())
+    docker_all = write_inventory(work / "docker-all.yml", names, "docker", {}, key)
+    molecule_env = {"MOLECULE_PROJECT_DIRECTORY": str(runner.tree)}
+    # The default scenario's model role downloads from the stand-in model hub
+    # (tests/testbed/hub-standin), which Molecule starts on the scenario's network.
+    runner.playbook(docker_all, "molecule/resources/hub-standin.yml", "hub", molecule_env,
+                    ["-e", f"hub_standin_network={NETWORK}", "-e", f"hub_standin_name={HUB}"])
+    runner.playbook(docker_all, "molecule/resources/prepare-vllm.yml", "prepare", molecule_env)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--runs", type=int, default=3, help="re-runs per case (the median is reported)")
@@ -224,19 +242,7 @@ def main() -> int:
     results: list[dict[str, Any]] = []
     try:
         if not args.reuse:
-            image = build_images()
-            log(f"boxes {', '.join(names)} of {image}")
-            remove_boxes(names)
-            key.unlink(missing_ok=True)
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
-            addresses = start_boxes(names, image, key.with_suffix(".pub").read_text())
-            docker_all = write_inventory(work / "docker-all.yml", names, "docker", addresses, key)
-            molecule_env = {"MOLECULE_PROJECT_DIRECTORY": str(runner.tree)}
-            # The default scenario's model role downloads from the stand-in model hub
-            # (tests/testbed/hub-standin), which Molecule starts on the scenario's network.
-            runner.playbook(docker_all, "molecule/resources/hub-standin.yml", "hub", molecule_env,
-                            ["-e", f"hub_standin_network={NETWORK}", "-e", f"hub_standin_name={HUB}"])
-            runner.playbook(docker_all, "molecule/resources/prepare-vllm.yml", "prepare", molecule_env)
+            prepare_boxes(runner, names, work, key)
         addresses = {name: output(["docker", "inspect", "-f",
                                    f"{{{{(index .NetworkSettings.Networks \"{NETWORK}\").IPAddress}}}}", name])
                      for name in names}
