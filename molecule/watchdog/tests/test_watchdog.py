@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
+from spark_testinfra import recap_changed, run_playbook
 
 UNIT = "sparkfleet-watchdog.service"
 PROGRAM = "/usr/local/lib/sparkfleet/sparkfleet_watchdog.py"
@@ -17,6 +19,8 @@ TEXTFILE = "/var/lib/prometheus/node-exporter/sparkfleet_watchdog.prom"
 TOTAL_KIB = 127_605_464
 IMAGE = "sparkfleet-sim/busybox"
 GRACE = 12  # watchdog_grace_seconds in molecule.yml
+CONVERGE = Path(__file__).resolve().parents[1] / "converge.yml"
+UNIT_FILE = f"/etc/systemd/system/{UNIT}"
 
 
 def set_memory(host, used_pct: float) -> None:
@@ -150,6 +154,25 @@ def test_deployed_config_passes_its_own_check_and_a_bad_one_does_not(host):
     bad = host.run(f"python3 -I -B {PROGRAM} --check-config --config /tmp/wd-bad.json")
     assert bad.rc == 2
     assert "steady_threshold 97 <= startup_threshold 96" in bad.stderr
+
+
+def test_a_rerun_puts_back_what_was_changed_on_the_box(host):
+    """The role reads its files in one call and skips its copy and template tasks when they
+    are as it would write them: anything else on the box must still be put back."""
+    host.check_output(f"chmod 0600 {PROGRAM} && echo '# edited by hand' >> {UNIT_FILE}")
+    host.check_output(f"printf '{{}}' > {CONFIG}")
+    before = main_pid(host)
+    result = run_playbook(CONVERGE)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert recap_changed(result.stdout) >= 3
+    assert host.file(PROGRAM).mode == 0o644
+    assert "# edited by hand" not in host.file(UNIT_FILE).content_string
+    assert json.loads(host.file(CONFIG).content_string)["containers"][0]["name"] == "vllm"
+    # The handler restarted the service onto the repaired files.
+    assert wait_for(lambda: main_pid(host) not in (0, before), timeout=30)
+    again = run_playbook(CONVERGE)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert recap_changed(again.stdout) == 0
 
 
 def test_grace_then_steady_threshold_stops_the_real_container(host, vllm):

@@ -1,8 +1,7 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""file_info on real files, and files_in_state deciding from its answer whether a role's
-copy / template / file tasks have anything left to do."""
+"""file_info on real files: one call, what ansible.builtin.stat would say of each path."""
 
 from __future__ import annotations
 
@@ -14,10 +13,8 @@ import pwd
 from pathlib import Path
 
 import pytest
-from ansible.errors import AnsibleFilterError
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.sparkfleet.serving.plugins.filter.files import files_in_state
 from ansible_collections.sparkfleet.serving.plugins.modules import file_info
 
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -75,56 +72,3 @@ def test_refuses_relative_paths_and_says_which(capsys):
     assert result["failed"] is True
     assert "etc/passwd" in result["msg"]
     assert "absolute" in result["msg"]
-
-
-def wanted(tree: Path, content: str = "print('hello')\n", mode: str = "0644") -> list[dict]:
-    return [
-        {"path": str(tree / "lib"), "type": "directory", "mode": "0755", "owner": ME, "group": MY_GROUP},
-        {"path": str(tree / "lib/program.py"), "mode": mode, "owner": ME, "group": MY_GROUP, "content": content},
-    ]
-
-
-def read(tree: Path, capsys) -> dict:
-    return run_module({"paths": [str(tree / "lib"), str(tree / "lib/program.py")]}, capsys)[1]["files"]
-
-
-def test_in_state_when_everything_matches(tree: Path, capsys):
-    assert files_in_state(read(tree, capsys), wanted(tree)) is True
-
-
-@pytest.mark.parametrize("change", ["content", "mode", "owner", "directory mode", "missing file"])
-def test_not_in_state_when_anything_differs(tree: Path, capsys, change: str):
-    want = wanted(tree)
-    if change == "content":
-        want[1]["content"] = "print('bye')\n"
-    elif change == "mode":
-        want[1]["mode"] = "0600"
-    elif change == "owner":
-        want[1]["owner"] = "somebody-else"
-    elif change == "directory mode":
-        (tree / "lib").chmod(0o700)
-    else:
-        (tree / "lib/program.py").unlink()
-    assert files_in_state(read(tree, capsys), want) is False
-
-
-def test_a_path_that_was_not_read_is_not_in_state(tree: Path, capsys):
-    want = [*wanted(tree), {"path": str(tree / "other.json"), "content": "{}\n"}]
-    assert files_in_state(read(tree, capsys), want) is False
-
-
-def test_a_file_without_content_or_checksum_is_never_taken_as_in_state(tree: Path, capsys):
-    want = wanted(tree)
-    del want[1]["content"]
-    assert files_in_state(read(tree, capsys), want) is False
-
-
-def test_modes_compare_as_numbers(tree: Path, capsys):
-    assert files_in_state(read(tree, capsys), wanted(tree, mode="644")) is True
-
-
-@pytest.mark.parametrize("bad", [[{"mode": "0644"}], [{"path": "/x", "mode": "rw-r--r--"}], "not a list"])
-def test_mistakes_in_the_role_are_errors(tree: Path, capsys, bad):
-    files = {"/x": {"type": "file", "mode": "0644", "checksum": "0"}}
-    with pytest.raises(AnsibleFilterError, match="files_in_state"):
-        files_in_state(files, bad)
