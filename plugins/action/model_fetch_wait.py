@@ -12,13 +12,11 @@ timeout here (or a dropped SSH connection) does not stop it: the next run waits 
 
 from __future__ import annotations
 
-import time
-
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan import human_bytes, progress_line
-from ansible_collections.sparkfleet.serving.plugins.module_utils.waiting import wait_slices
+from ansible_collections.sparkfleet.serving.plugins.module_utils.waiting import sliced_wait, wait_slices
 
 display = Display()
 MODULE = "sparkfleet.serving.model_fetch_wait"
@@ -71,16 +69,16 @@ class ActionModule(ActionBase):
             return result
         host = (task_vars or {}).get("inventory_hostname", "?")
         unit = str(args.get("unit", "sparkfleet-model-fetch.service"))
-        begin = time.monotonic()
-        while True:
-            elapsed = time.monotonic() - begin
-            module_args = dict(args, wait_seconds=max(0.0, min(slice_seconds, timeout - elapsed)))
-            answer = self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
+
+        def run_slice(seconds: float) -> dict:
+            return self._execute_module(module_name=MODULE, module_args=dict(args, wait_seconds=seconds),
+                                        task_vars=task_vars)
+
+        for answer, elapsed in sliced_wait(run_slice, timeout, slice_seconds):
             if answer.get("failed"):
                 result.update(answer)
                 return result
             state = answer.get("state") or {}
-            elapsed = time.monotonic() - begin
             if answer.get("finished"):
                 return self.finish(result, state, answer.get("journal"), unit, elapsed)
             if elapsed >= timeout:
@@ -90,6 +88,7 @@ class ActionModule(ActionBase):
                     "for it, or raise model_timeout."))
                 return result
             display.display(progress_line(host, state, elapsed))
+        return result
 
     @staticmethod
     def finish(result: dict, state: dict, journal: list[str] | None, unit: str, elapsed: float) -> dict:

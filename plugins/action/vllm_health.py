@@ -12,13 +12,11 @@ with the diagnosis and the last log lines.
 
 from __future__ import annotations
 
-import time
-
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import summarize
-from ansible_collections.sparkfleet.serving.plugins.module_utils.waiting import wait_slices
+from ansible_collections.sparkfleet.serving.plugins.module_utils.waiting import sliced_wait, wait_slices
 
 display = Display()
 MODULE = "sparkfleet.serving.vllm_health"
@@ -38,26 +36,25 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=str(exc))
             return result
         host = (task_vars or {}).get("inventory_hostname", "?")
-        begin = time.monotonic()
-        baseline = args.get("baseline_restarts")
-        healthy_at = None
-        while True:
-            elapsed = time.monotonic() - begin
-            module_args = dict(args, wait_seconds=max(0.0, min(slice_seconds, timeout - elapsed)))
-            if baseline is not None:
-                module_args["baseline_restarts"] = baseline
-            answer = self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
+        # Restarts from the first answer on mean the container crashed (restart policy unless-stopped).
+        seen = {"baseline": args.get("baseline_restarts"), "healthy_at": None}
+
+        def run_slice(seconds: float) -> dict:
+            module_args = dict(args, wait_seconds=seconds)
+            if seen["baseline"] is not None:
+                module_args["baseline_restarts"] = seen["baseline"]
+            return self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
+
+        for answer, elapsed in sliced_wait(run_slice, timeout, slice_seconds):
             if answer.get("failed"):
                 result.update(answer)
                 return result
-            if baseline is None:
-                # Restarts from here on mean the container crashed (restart policy unless-stopped).
-                baseline = answer.get("restart_count", 0)
+            if seen["baseline"] is None:
+                seen["baseline"] = answer.get("restart_count", 0)
             # When /health first answered, even if that was in an earlier slice.
-            healthy_at = healthy_at or answer.get("healthy_at")
-            if healthy_at:
-                answer["healthy_at"] = healthy_at
-            elapsed = time.monotonic() - begin
+            seen["healthy_at"] = seen["healthy_at"] or answer.get("healthy_at")
+            if seen["healthy_at"]:
+                answer["healthy_at"] = seen["healthy_at"]
             answer["elapsed"] = round(elapsed, 1)
             state = answer.get("state")
             if state == "ready":
@@ -75,3 +72,4 @@ class ActionModule(ActionBase):
             display.display(
                 f"vllm_health: {host}: waiting {elapsed:.0f}s/{timeout:.0f}s, passed: {answer.get('stage')}, "
                 f"{answer.get('detail')}; log: {answer.get('last_log_line', '')[:200]}")
+        return result

@@ -10,6 +10,9 @@ must see a line at least every MAX_PROGRESS_INTERVAL seconds.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+
 MAX_PROGRESS_INTERVAL = 30.0
 
 
@@ -25,3 +28,18 @@ def wait_slices(args: dict, default_timeout: float) -> tuple[float, float]:
     if slice_seconds <= 0:
         raise ValueError(f"progress_interval {slice_seconds} must be > 0 (at most {MAX_PROGRESS_INTERVAL:.0f})")
     return timeout, slice_seconds
+
+
+def sliced_wait(run_slice: Callable[[float], dict], timeout: float, slice_seconds: float,
+                clock: Callable[[], float] = time.monotonic) -> Iterator[tuple[dict, float]]:
+    """Runs run_slice(seconds to wait in this slice) until the caller stops iterating.
+
+    Yields each slice's answer with the seconds elapsed since the first slice began. The
+    last slice is cut to what remains of the timeout (never below 0), so that the caller,
+    which decides what an answer means, can stop on time once elapsed >= timeout.
+    """
+    begin = clock()
+    while True:
+        remaining = timeout - (clock() - begin)
+        answer = run_slice(max(0.0, min(slice_seconds, remaining)))
+        yield answer, clock() - begin
