@@ -44,7 +44,7 @@ def test_slices_are_cut_to_the_timeout_and_elapsed_counts_from_the_start():
 def test_a_caller_that_keeps_going_past_the_timeout_gets_zero_second_slices():
     clock = FakeClock()
     waits = sliced_wait(clock.run_slice, timeout=5, slice_seconds=25, clock=clock)
-    assert [next(waits)[1] for _ in range(3)] == [5, 5, 5]
+    assert [next(waits)[1] for _slice in range(3)] == [5, 5, 5]
     assert clock.asked == [5, 0, 0]
 
 
