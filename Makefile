@@ -55,7 +55,8 @@ lint: link
 	ruff check .
 	ansible-lint
 
-pytest:
+# Some tests run roles through ansible-playbook: they need sparkfleet.serving resolvable (link).
+pytest: link
 	$(PYTHON) -m pytest -q tests/testbed tests/pytest
 
 $(AT_DIR): FORCE

@@ -25,8 +25,11 @@ PLAY = """
 def preflight(tmp_path: Path, **variables) -> subprocess.CompletedProcess:
     play = tmp_path / "play.yml"
     play.write_text(PLAY, encoding="utf-8")
+    # The role uses the collection's own module and filter (file_info, files_in_state): the
+    # checkout's link (`make link`) provides sparkfleet.serving.
     env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_HOME": str(tmp_path / "ansible-home")}
+           "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+           "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".ansible" / "collections")}
     return subprocess.run(["ansible-playbook", "-i", "localhost,", str(play), "-e", json.dumps(variables)],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
 
