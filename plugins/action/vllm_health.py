@@ -36,25 +36,26 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=str(exc))
             return result
         host = (task_vars or {}).get("inventory_hostname", "?")
-        # Restarts from the first answer on mean the container crashed (restart policy unless-stopped).
-        seen = {"baseline": args.get("baseline_restarts"), "healthy_at": None}
+        baseline = args.get("baseline_restarts")
+        healthy_at = None
 
         def run_slice(seconds: float) -> dict:
             module_args = dict(args, wait_seconds=seconds)
-            if seen["baseline"] is not None:
-                module_args["baseline_restarts"] = seen["baseline"]
+            if baseline is not None:
+                module_args["baseline_restarts"] = baseline
             return self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
 
         for answer, elapsed in sliced_wait(run_slice, timeout, slice_seconds):
             if answer.get("failed"):
                 result.update(answer)
                 return result
-            if seen["baseline"] is None:
-                seen["baseline"] = answer.get("restart_count", 0)
+            if baseline is None:
+                # Restarts from here on mean the container crashed (restart policy unless-stopped).
+                baseline = answer.get("restart_count", 0)
             # When /health first answered, even if that was in an earlier slice.
-            seen["healthy_at"] = seen["healthy_at"] or answer.get("healthy_at")
-            if seen["healthy_at"]:
-                answer["healthy_at"] = seen["healthy_at"]
+            healthy_at = healthy_at or answer.get("healthy_at")
+            if healthy_at:
+                answer["healthy_at"] = healthy_at
             answer["elapsed"] = round(elapsed, 1)
             state = answer.get("state")
             if state == "ready":

@@ -32,9 +32,7 @@ def _matches(found: Mapping, want: Mapping) -> bool:
     kind = want.get("type", "file")
     if found.get("type") != kind:
         return False
-    if "mode" in want and found.get("mode") is not None and _mode(found["mode"]) != _mode(want["mode"]):
-        return False
-    if "mode" in want and found.get("mode") is None:
+    if "mode" in want and (found.get("mode") is None or _mode(found["mode"]) != _mode(want["mode"])):
         return False
     if any(name in want and str(found.get(name)) != str(want[name]) for name in ATTRIBUTES):
         return False
