@@ -16,7 +16,10 @@ Every re-run must report changed=0 on every box, or the figure is marked as not 
 The containers and the network are removed at the end (--keep leaves them up).
 
     python3 benchmarks/noop_rerun.py [--runs 3] [--connections ssh,docker] [--boxes 1,3]
-        [--profile] [--json FILE] [--keep]
+        [--strategies sparkfleet.serving.mitogen_linear,linear] [--profile] [--json FILE] [--keep]
+
+Each re-run is measured with each strategy: ansible.cfg's sparkfleet.serving.mitogen_linear
+(Mitogen when the mitogen package is installed, which the script reports) and Ansible's linear.
 
 --profile enables the profile_tasks callback and keeps every run's output under
 benchmarks/output/ (the slowest tasks are at the end of each log).
@@ -176,7 +179,8 @@ class Runner:
         recap = {m[0]: tuple(int(x) for x in m[1:]) for m in RECAP.findall(result.stdout)}
         return elapsed, cpu, recap
 
-    def measure(self, name: str, inventory: Path, boxes: list[str], runs: int) -> dict[str, Any]:
+    def measure(self, name: str, inventory: Path, boxes: list[str], runs: int,
+                extra_env: dict[str, str]) -> dict[str, Any]:
         """Re-runs site.yml; besides wall time, the CPU time of the controller and of the boxes
         (less their idle use: the inner engines, the stand-in server, the watchdog), which a
         busy machine inflates far less than wall time."""
@@ -186,7 +190,7 @@ class Runner:
             time.sleep(5)
             idle_rate = (box_cpu_ns(boxes) - idle_start) / (time.monotonic() - idle_at)
             box_start = box_cpu_ns(boxes)
-            elapsed, cpu, recap = self.playbook(inventory, "site.yml", f"{name}-{index + 1}")
+            elapsed, cpu, recap = self.playbook(inventory, "site.yml", f"{name}-{index + 1}", extra_env)
             box_cpu = max(0.0, (box_cpu_ns(boxes) - box_start - idle_rate * elapsed) / 1e9)
             changed = sum(host[1] for host in recap.values())
             tasks = max(host[0] for host in recap.values())
@@ -221,6 +225,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="re-runs per case (the median is reported)")
     parser.add_argument("--connections", default="ssh,docker")
     parser.add_argument("--boxes", default="1,3")
+    parser.add_argument("--strategies", default="sparkfleet.serving.mitogen_linear,linear",
+                        help="ansible.cfg's (Mitogen when installed) and Ansible's own")
     parser.add_argument("--profile", action="store_true", help="profile_tasks, logs in benchmarks/output/")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="leave the boxes up")
@@ -238,6 +244,8 @@ def main() -> int:
     key = work / "id_ed25519"
     runner = Runner(args.tree.resolve(), args.profile, out_dir)
     run(["make", "-s", "link"], cwd=runner.tree)
+    mitogen = subprocess.run([sys.executable, "-c", "import ansible_mitogen"], capture_output=True, check=False)
+    log("mitogen: " + ("installed" if mitogen.returncode == 0 else "NOT installed: mitogen_linear is linear"))
 
     results: list[dict[str, Any]] = []
     try:
@@ -258,7 +266,10 @@ def main() -> int:
                             "controller_cpu_s": round(cpu, 1), "boxes_cpu_s": None})
             log(f"converge of {count} box(es): {elapsed:.1f} s")
             for connection in connections:
-                results.append(runner.measure(f"noop-{count}-{connection}", inventories[connection], boxes, args.runs))
+                for strategy in args.strategies.split(","):
+                    results.append(runner.measure(f"noop-{count}-{connection}-{strategy.rsplit('.', 1)[-1]}",
+                                                  inventories[connection], boxes, args.runs,
+                                                  {"ANSIBLE_STRATEGY": strategy}))
     finally:
         if not args.keep:
             remove_boxes(names)

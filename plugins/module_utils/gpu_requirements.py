@@ -5,7 +5,29 @@
 
 from __future__ import annotations
 
+from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import (
+    InputError,
+    check_gpu_facts,
+    check_range,
+    check_version_option,
+)
 from ansible_collections.sparkfleet.serving.plugins.module_utils.versions import parse_version, version_at_least
+
+# The options of the gpu_requirements module and action (plugins/modules/gpu_requirements.py documents them).
+ARGUMENT_SPEC = {
+    "facts": {"type": "dict", "required": True},
+    "min_driver_version": {"type": "str"},
+    "min_cuda_version": {"type": "str"},
+    "min_toolkit_version": {"type": "str"},
+    "expected_gpu_names": {"type": "list", "elements": "str", "default": []},
+    "expected_compute_capabilities": {"type": "list", "elements": "str", "default": []},
+    "min_gpu_count": {"type": "int", "default": 1},
+    "expected_architectures": {"type": "list", "elements": "str", "default": []},
+    "allowed_architectures": {"type": "list", "elements": "str", "default": []},
+    "require_container_toolkit": {"type": "bool", "default": False},
+    "report_warnings": {"type": "bool", "default": True},
+    "fail_on_error": {"type": "bool", "default": True},
+}
 
 DRIVER_FIX = (
     "upgrade the NVIDIA driver (DGX OS: `sudo apt update && sudo apt full-upgrade`; elsewhere install "
@@ -208,3 +230,37 @@ def failure_message(problems: list[dict]) -> str:
     lines = [f"{len(problems)} GPU requirement(s) not met:"]
     lines += [f"  - {p['message']}" for p in problems]
     return "\n".join(lines)
+
+
+REQUIREMENT_OPTIONS = (
+    "min_driver_version",
+    "min_cuda_version",
+    "min_toolkit_version",
+    "expected_gpu_names",
+    "expected_compute_capabilities",
+    "min_gpu_count",
+    "expected_architectures",
+    "allowed_architectures",
+    "require_container_toolkit",
+)
+
+
+def evaluate(params: dict) -> tuple[dict, str | None, list[str]]:
+    """Validated options -> (the result, the failure message or None, the warnings to report)."""
+    requirements = {name: params[name] for name in REQUIREMENT_OPTIONS}
+    try:
+        check_gpu_facts(params["facts"], "facts")
+        for option in ("min_driver_version", "min_cuda_version", "min_toolkit_version"):
+            check_version_option(requirements[option], option)
+        check_range(requirements["min_gpu_count"], "min_gpu_count", low=0)
+    except InputError as exc:
+        return {"changed": False}, str(exc), []
+    result = check_requirements(params["facts"], requirements)
+    output = {
+        "changed": False,
+        "passed": result["passed"],
+        "problems": result["problems"],
+        "warnings_found": result["warnings"],
+    }
+    error = failure_message(result["problems"]) if result["problems"] and params["fail_on_error"] else None
+    return output, error, result["warnings"] if params["report_warnings"] else []

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: file_info
-short_description: Type, mode, owner, group and SHA-1 of several paths in one call
+short_description: Type, mode, owner, group and SHA-1 of several paths, and systemd units' state, in one call
 version_added: 0.1.0
 author: sparkfleet maintainers (@sparkfleet)
 description:
@@ -21,6 +21,8 @@ description:
     changes nothing (a stat, then M(ansible.builtin.file) for the attributes), and a module call
     costs the box a Python start with Ansible's module library (about 0.3 s of CPU for
     ansible-core 2.19 on a 2-core x86 machine, measured with C(python3 -X importtime)).
+  - With O(units), also whether systemd units are enabled and active, so that a role can skip its
+    M(ansible.builtin.systemd_service) call (another module call) when the unit already is.
   - Changes nothing.
 options:
   paths:
@@ -34,6 +36,20 @@ options:
       - Whether to return the SHA-1 of regular files (the checksum M(ansible.builtin.copy) compares).
     type: bool
     default: true
+  read:
+    description:
+      - Paths among O(paths) whose content to return too (base64, as M(ansible.builtin.slurp) returns it), for
+        small files a role reads anyway, such as its own JSON records. Only regular files are read.
+      - A file larger than 4 MiB fails the task; use M(ansible.builtin.slurp) or M(ansible.builtin.fetch) for those.
+    type: list
+    elements: path
+    default: []
+  units:
+    description:
+      - systemd units to report in RV(units), for example C(docker.service).
+    type: list
+    elements: str
+    default: []
 seealso:
   - module: ansible.builtin.stat
 extends_documentation_fragment:
@@ -47,6 +63,7 @@ EXAMPLES = r"""
       - /usr/local/lib/sparkfleet
       - /usr/local/lib/sparkfleet/sparkfleet_watchdog.py
       - /etc/systemd/system/sparkfleet-watchdog.service
+    units: [sparkfleet-watchdog.service]
   register: installed
 """
 
@@ -90,8 +107,27 @@ files:
       description: Whether the module's user may execute the path (following a link, as M(ansible.builtin.stat)'s
         C(executable) does).
       type: bool
+    content:
+      description: The file's content, base64-encoded (for a regular file of O(read) that could be read).
+      type: str
+units:
+  description: For each unit of O(units), what C(systemctl is-enabled) and C(systemctl is-active) print.
+  returned: always
+  type: dict
+  sample:
+    sparkfleet-watchdog.service: {enabled: enabled, active: active}
+    missing.service: {enabled: "", active: inactive}
+  contains:
+    enabled:
+      description: C(enabled), C(disabled), C(static), C(masked) and so on; empty when systemd does not know the unit,
+        C(unknown) when there is no C(systemctl).
+      type: str
+    active:
+      description: C(active), C(inactive), C(failed), C(activating) and so on; C(unknown) when there is no C(systemctl).
+      type: str
 """
 
+import base64
 import grp
 import hashlib
 import os
@@ -102,6 +138,8 @@ from collections.abc import Callable
 from ansible.module_utils.basic import AnsibleModule
 
 CHUNK = 1024 * 1024
+# The largest file read returns: these are a role's small records, not data to transfer.
+MAX_READ_BYTES = 4 * 1024 * 1024
 
 
 def name_of(lookup: Callable[[int], tuple], ident: int) -> str:
@@ -154,19 +192,56 @@ def describe(path: str, checksum: bool) -> dict:
     return result
 
 
+def content_of(path: str) -> str | None:
+    """The file's content in base64, or None when it cannot be read (as slurp would fail)."""
+    try:
+        with open(path, "rb") as handle:
+            return base64.b64encode(handle.read()).decode("ascii")
+    except OSError:
+        return None
+
+
+def unit_state(module: AnsibleModule, systemctl: str | None, unit: str) -> dict[str, str]:
+    """What systemctl prints for the unit; their exit codes only repeat it (non-zero unless enabled/active)."""
+    if systemctl is None:
+        return {"enabled": "unknown", "active": "unknown"}
+    return {
+        verb.removeprefix("is-"): module.run_command([systemctl, verb, unit])[1].strip()
+        for verb in ("is-enabled", "is-active")
+    }
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "paths": {"type": "list", "elements": "path", "required": True},
             "checksum": {"type": "bool", "default": True},
+            "read": {"type": "list", "elements": "path", "default": []},
+            "units": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     relative = [path for path in module.params["paths"] if not os.path.isabs(path)]
     if relative:
         module.fail_json(msg=f"paths must be absolute; found {', '.join(relative)}: give the full path of each")
+    stray = [path for path in module.params["read"] if path not in module.params["paths"]]
+    if stray:
+        module.fail_json(msg=f"read must list paths of paths; found {', '.join(stray)}: add them to paths too")
     files = {path: describe(path, module.params["checksum"]) for path in module.params["paths"]}
-    module.exit_json(changed=False, files=files)
+    for path in module.params["read"]:
+        if files[path]["type"] != "file":
+            continue
+        if files[path]["size"] > MAX_READ_BYTES:
+            module.fail_json(
+                msg=f"{path} has {files[path]['size']} bytes; read returns at most {MAX_READ_BYTES}: "
+                "read it with ansible.builtin.slurp instead",
+            )
+        content = content_of(path)
+        if content is not None:
+            files[path]["content"] = content
+    systemctl = module.get_bin_path("systemctl") if module.params["units"] else None
+    units = {unit: unit_state(module, systemctl, unit) for unit in module.params["units"]}
+    module.exit_json(changed=False, files=files, units=units)
 
 
 if __name__ == "__main__":

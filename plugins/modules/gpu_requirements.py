@@ -136,67 +136,18 @@ warnings_found:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_requirements import (
-    check_requirements,
-    failure_message,
-)
-from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import (
-    InputError,
-    check_gpu_facts,
-    check_range,
-    check_version_option,
-)
-
-REQUIREMENT_OPTIONS = (
-    "min_driver_version",
-    "min_cuda_version",
-    "min_toolkit_version",
-    "expected_gpu_names",
-    "expected_compute_capabilities",
-    "min_gpu_count",
-    "expected_architectures",
-    "allowed_architectures",
-    "require_container_toolkit",
-)
+from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_requirements import ARGUMENT_SPEC, evaluate
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "facts": {"type": "dict", "required": True},
-            "min_driver_version": {"type": "str"},
-            "min_cuda_version": {"type": "str"},
-            "min_toolkit_version": {"type": "str"},
-            "expected_gpu_names": {"type": "list", "elements": "str", "default": []},
-            "expected_compute_capabilities": {"type": "list", "elements": "str", "default": []},
-            "min_gpu_count": {"type": "int", "default": 1},
-            "expected_architectures": {"type": "list", "elements": "str", "default": []},
-            "allowed_architectures": {"type": "list", "elements": "str", "default": []},
-            "require_container_toolkit": {"type": "bool", "default": False},
-            "report_warnings": {"type": "bool", "default": True},
-            "fail_on_error": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    requirements = {name: module.params[name] for name in REQUIREMENT_OPTIONS}
-    try:
-        check_gpu_facts(module.params["facts"], "facts")
-        for option in ("min_driver_version", "min_cuda_version", "min_toolkit_version"):
-            check_version_option(requirements[option], option)
-        check_range(requirements["min_gpu_count"], "min_gpu_count", low=0)
-    except InputError as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    result = check_requirements(module.params["facts"], requirements)
-    for warning in result["warnings"] if module.params["report_warnings"] else []:
+    # The preflight role runs this check in the sparkfleet.serving.gpu_requirements action, on
+    # the controller; this module is the same check for anyone calling it on a box.
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    output, error, warnings = evaluate(module.params)
+    for warning in warnings:
         module.warn(warning)
-    output = {
-        "changed": False,
-        "passed": result["passed"],
-        "problems": result["problems"],
-        "warnings_found": result["warnings"],
-    }
-    if result["problems"] and module.params["fail_on_error"]:
-        module.fail_json(msg=failure_message(result["problems"]), **output)
+    if error:
+        module.fail_json(msg=error, **output)
     module.exit_json(**output)
 
 

@@ -1,4 +1,4 @@
-"""The firewall role's plan (roles/firewall/files/plan_rules.py): refusals and rules.
+"""The firewall role's plan (plugins/plugin_utils/firewall_plan.py): refusals and rules.
 
 The Molecule scenario proves the rules with traffic through `docker exec`, which carries
 no SSH connection; the SSH-connection paths are checked here.
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-PLAN = Path(__file__).resolve().parents[2] / "roles" / "firewall" / "files" / "plan_rules.py"
+PLAN = Path(__file__).resolve().parents[2] / "plugins" / "plugin_utils" / "firewall_plan.py"
 spec = importlib.util.spec_from_file_location("firewall_plan", PLAN)
 assert spec and spec.loader
 firewall_plan = importlib.util.module_from_spec(spec)

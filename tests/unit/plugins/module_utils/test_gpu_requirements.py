@@ -8,7 +8,9 @@ import copy
 import pytest
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_requirements import (
+    ARGUMENT_SPEC,
     check_requirements,
+    evaluate,
     failure_message,
 )
 
@@ -166,3 +168,34 @@ def test_container_toolkit_missing_is_a_warning_unless_required():
     assert "NVIDIA Container Toolkit: not found" in result["warnings"][0]
     required = check_requirements(without, {**SPARK_REQUIREMENTS, "require_container_toolkit": True})
     assert names(required) == ["NVIDIA Container Toolkit"]
+
+
+def options(**changes) -> dict:
+    """The options as the module and the action validate them: defaults, then the Spark's."""
+    params = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
+    params.update(SPARK_REQUIREMENTS)
+    params["facts"] = facts()
+    params.update(changes)
+    return params
+
+
+def test_evaluate_passes_a_spark_and_fails_an_old_driver_with_the_message():
+    output, error, _warnings = evaluate(options())
+    assert (output["passed"], error) == (True, None)
+    output, error, _warnings = evaluate(options(facts=facts(driver_version="570.86")))
+    assert output["passed"] is False
+    assert error == failure_message(output["problems"])
+    assert "driver" in error
+
+
+def test_evaluate_only_reports_without_fail_on_error():
+    output, error, _warnings = evaluate(options(facts=facts(driver_version="570.86"), fail_on_error=False))
+    assert error is None
+    assert output["problems"]
+
+
+def test_evaluate_refuses_a_bad_version_option_before_checking():
+    output, error, warnings = evaluate(options(min_driver_version="five-eighty"))
+    assert output == {"changed": False}
+    assert "min_driver_version" in error
+    assert warnings == []

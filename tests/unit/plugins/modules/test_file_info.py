@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import base64
 import grp
 import hashlib
 import json
@@ -72,3 +73,41 @@ def test_refuses_relative_paths_and_says_which(capsys):
     assert result["failed"] is True
     assert "etc/passwd" in result["msg"]
     assert "absolute" in result["msg"]
+
+
+def test_read_returns_the_content_of_regular_files_only(tree: Path, capsys):
+    program, link, missing = str(tree / "lib/program.py"), str(tree / "link"), str(tree / "missing")
+    code, result = run_module({"paths": [program, link, missing], "read": [program, link, missing]}, capsys)
+    assert code == 0
+    assert base64.b64decode(result["files"][program]["content"]) == b"print('hello')\n"
+    assert "content" not in result["files"][link]
+    assert result["files"][missing] == {"type": "absent"}
+
+
+def test_read_refuses_a_path_not_in_paths_and_a_large_file(tree: Path, capsys, monkeypatch):
+    program = str(tree / "lib/program.py")
+    code, result = run_module({"paths": [str(tree / "lib")], "read": [program]}, capsys)
+    assert code == 1
+    assert program in result["msg"]
+    monkeypatch.setattr(file_info, "MAX_READ_BYTES", 4)
+    code, result = run_module({"paths": [program], "read": [program]}, capsys)
+    assert code == 1
+    assert "ansible.builtin.slurp" in result["msg"]
+
+
+def test_units_report_what_systemctl_prints(tree: Path, capsys, monkeypatch):
+    calls = []
+
+    def run_command(self, argv, **_kwargs):
+        calls.append(argv[1:])
+        return (0, "enabled\n", "") if argv[1] == "is-enabled" else (3, "inactive\n", "")
+
+    monkeypatch.setattr(file_info.AnsibleModule, "get_bin_path", lambda self, name, **_kw: "/bin/systemctl")
+    monkeypatch.setattr(file_info.AnsibleModule, "run_command", run_command)
+    code, result = run_module({"paths": [str(tree)], "units": ["docker.service"]}, capsys)
+    assert code == 0
+    assert result["units"] == {"docker.service": {"enabled": "enabled", "active": "inactive"}}
+    assert calls == [["is-enabled", "docker.service"], ["is-active", "docker.service"]]
+    monkeypatch.setattr(file_info.AnsibleModule, "get_bin_path", lambda self, name, **_kw: None)
+    _code, result = run_module({"paths": [str(tree)], "units": ["docker.service"]}, capsys)
+    assert result["units"] == {"docker.service": {"enabled": "unknown", "active": "unknown"}}

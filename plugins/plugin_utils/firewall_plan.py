@@ -1,20 +1,18 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Turn the firewall role's variables into the ufw rules and DOCKER-USER lines to apply.
 
-Runs on the controller (standard library only), reads one JSON document on stdin and
-prints one on stdout: either {"errors": [...]} (exit 1) or the plan. Nothing on the box
-changes before this has accepted the whole input, so a bad value is refused before any
-rule changes.
+Runs on the controller, in the sparkfleet.serving.firewall_plan filter (standard library
+only): either {"errors": [...]} or the plan. Nothing on the box changes before this has
+accepted the whole input, so a bad value is refused before any rule changes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import re
-import sys
 from typing import Any
 
 MARKER = "sparkfleet.serving.firewall"
@@ -217,13 +215,3 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
         "docker_user_v4": docker_user_lines(api_sources + fleet, 4),
         "docker_user_v6": docker_user_lines(api_sources + fleet, 6),
     }
-
-
-def main() -> int:
-    result = plan(json.load(sys.stdin))
-    json.dump(result, sys.stdout)
-    return 1 if result.get("errors") else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
