@@ -18,8 +18,9 @@ The containers and the network are removed at the end (--keep leaves them up).
     python3 benchmarks/noop_rerun.py [--runs 3] [--connections ssh,docker] [--boxes 1,3]
         [--strategies sparkfleet.serving.mitogen_linear,linear] [--profile] [--json FILE] [--keep]
 
-Each re-run is measured with each strategy: ansible.cfg's sparkfleet.serving.mitogen_linear
-(Mitogen when the mitogen package is installed, which the script reports) and Ansible's linear.
+Each re-run is measured with each strategy: the opt-in sparkfleet.serving.mitogen_linear
+(Mitogen when the mitogen package is installed, which the script reports) and Ansible's linear,
+ansible.cfg's default.
 
 --profile enables the profile_tasks callback and keeps every run's output under
 benchmarks/output/ (the slowest tasks are at the end of each log).
@@ -226,7 +227,7 @@ def main() -> int:
     parser.add_argument("--connections", default="ssh,docker")
     parser.add_argument("--boxes", default="1,3")
     parser.add_argument("--strategies", default="sparkfleet.serving.mitogen_linear,linear",
-                        help="ansible.cfg's (Mitogen when installed) and Ansible's own")
+                        help="the opt-in Mitogen one (when installed) and ansible.cfg's linear")
     parser.add_argument("--profile", action="store_true", help="profile_tasks, logs in benchmarks/output/")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="leave the boxes up")

@@ -29,7 +29,8 @@ description:
     repository). On a controller with 2 cores, three boxes at once took longer, as Mitogen's
     multiplexer adds controller CPU per box.
   - When C(mitogen) is not installed, this is P(ansible.builtin.linear#strategy), unchanged.
-  - The repository's C(ansible.cfg) selects it; C(strategy = linear) there opts out.
+  - Select it with C(strategy = sparkfleet.serving.mitogen_linear) in C(ansible.cfg) or with
+    C(ANSIBLE_STRATEGY=sparkfleet.serving.mitogen_linear).
 author: sparkfleet maintainers (@sparkfleet)
 notes:
   - Install with C(pip install mitogen). Tested with mitogen 0.3.54 and ansible-core 2.19.
