@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: file_info
-short_description: Type, mode, owner, group and SHA-1 of several paths, and systemd units' state, in one call
+short_description: Type, mode, owner, group, SHA-1 and content of paths, file trees, free space and units, in one call
 version_added: 0.1.0
 author: sparkfleet maintainers (@sparkfleet)
 description:
@@ -41,6 +41,22 @@ options:
       - Paths among O(paths) whose content to return too (base64, as M(ansible.builtin.slurp) returns it), for
         small files a role reads anyway, such as its own JSON records. Only regular files are read.
       - A file larger than 4 MiB fails the task; use M(ansible.builtin.slurp) or M(ansible.builtin.fetch) for those.
+    type: list
+    elements: path
+    default: []
+  tree:
+    description:
+      - Directories whose regular files to list in RV(trees), recursively and hidden files included, as
+        M(ansible.builtin.find) lists them with C(recurse=true), C(file_type=file) and C(hidden=true) (links are
+        not followed and not listed).
+    type: list
+    elements: path
+    default: []
+  free:
+    description:
+      - Paths whose free space to report in RV(free), as C(df -B1) reports it (the bytes available to
+        unprivileged users), on the filesystem of the path or, when it does not exist yet, of its nearest
+        existing parent.
     type: list
     elements: path
     default: []
@@ -110,6 +126,19 @@ files:
     content:
       description: The file's content, base64-encoded (for a regular file of O(read) that could be read).
       type: str
+trees:
+  description: For each directory of O(tree), its regular files (none when it does not exist).
+  returned: always
+  type: dict
+  sample:
+    /var/lib/sparkfleet/models/Qwen3.5-35B-A3B-FP8:
+      - {path: /var/lib/sparkfleet/models/Qwen3.5-35B-A3B-FP8/config.json, size: 4210, mtime: 1764500000.25}
+free:
+  description: For each path of O(free), the free bytes of its filesystem.
+  returned: always
+  type: dict
+  sample:
+    /var/lib/sparkfleet/models/Qwen3.5-35B-A3B-FP8: 3011558313984
 units:
   description: For each unit of O(units), what C(systemctl is-enabled) and C(systemctl is-active) print.
   returned: always
@@ -192,6 +221,29 @@ def describe(path: str, checksum: bool) -> dict:
     return result
 
 
+def tree_files(top: str) -> list[dict]:
+    """Regular files under top, as ansible.builtin.find with recurse, file_type=file and hidden lists them."""
+    files = []
+    for root, _dirs, names in os.walk(top):
+        for name in names:
+            path = os.path.join(root, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                files.append({"path": path, "size": info.st_size, "mtime": info.st_mtime})
+    return sorted(files, key=lambda item: item["path"])
+
+
+def free_bytes(path: str) -> int:
+    """Bytes available to unprivileged users where path is, or would be created (df -B1's Available)."""
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    info = os.statvfs(path)
+    return info.f_bavail * info.f_frsize
+
+
 def content_of(path: str) -> str | None:
     """The file's content in base64, or None when it cannot be read (as slurp would fail)."""
     try:
@@ -217,11 +269,14 @@ def main() -> None:
             "paths": {"type": "list", "elements": "path", "required": True},
             "checksum": {"type": "bool", "default": True},
             "read": {"type": "list", "elements": "path", "default": []},
+            "tree": {"type": "list", "elements": "path", "default": []},
+            "free": {"type": "list", "elements": "path", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
-    relative = [path for path in module.params["paths"] if not os.path.isabs(path)]
+    given = module.params["paths"] + module.params["tree"] + module.params["free"]
+    relative = [path for path in given if not os.path.isabs(path)]
     if relative:
         module.fail_json(msg=f"paths must be absolute; found {', '.join(relative)}: give the full path of each")
     stray = [path for path in module.params["read"] if path not in module.params["paths"]]
@@ -241,7 +296,9 @@ def main() -> None:
             files[path]["content"] = content
     systemctl = module.get_bin_path("systemctl") if module.params["units"] else None
     units = {unit: unit_state(module, systemctl, unit) for unit in module.params["units"]}
-    module.exit_json(changed=False, files=files, units=units)
+    trees = {top: tree_files(top) for top in module.params["tree"]}
+    free = {path: free_bytes(path) for path in module.params["free"]}
+    module.exit_json(changed=False, files=files, trees=trees, free=free, units=units)
 
 
 if __name__ == "__main__":

@@ -111,3 +111,26 @@ def test_units_report_what_systemctl_prints(tree: Path, capsys, monkeypatch):
     monkeypatch.setattr(file_info.AnsibleModule, "get_bin_path", lambda self, name, **_kw: None)
     _code, result = run_module({"paths": [str(tree)], "units": ["docker.service"]}, capsys)
     assert result["units"] == {"docker.service": {"enabled": "unknown", "active": "unknown"}}
+
+
+def test_tree_lists_regular_files_as_find_does_and_free_follows_the_nearest_parent(tree: Path, capsys):
+    (tree / "lib" / ".hidden").write_text("x")
+    code, result = run_module({"paths": [str(tree)], "tree": [str(tree), str(tree / "missing")],
+                               "free": [str(tree / "missing" / "deeper")]}, capsys)
+    assert code == 0
+    listed = result["trees"][str(tree)]
+    # Hidden files are listed, the link to a file is not (find's file_type=file, follow=false).
+    assert [item["path"] for item in listed] == [str(tree / "lib" / ".hidden"), str(tree / "lib" / "program.py")]
+    program = (tree / "lib" / "program.py").stat()
+    assert listed[1]["size"] == program.st_size
+    assert listed[1]["mtime"] == program.st_mtime
+    assert result["trees"][str(tree / "missing")] == []
+    fs = os.statvfs(tree)
+    # The free space of tree's filesystem, where the missing directory would be made; others write too.
+    assert abs(result["free"][str(tree / "missing" / "deeper")] - fs.f_bavail * fs.f_frsize) < 64 * 1024 * 1024
+
+
+def test_tree_and_free_refuse_relative_paths(tree: Path, capsys):
+    code, result = run_module({"paths": [str(tree)], "tree": ["relative/dir"]}, capsys)
+    assert code == 1
+    assert "relative/dir" in result["msg"]
