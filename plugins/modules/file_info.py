@@ -258,8 +258,8 @@ def unit_state(module: AnsibleModule, systemctl: str | None, unit: str) -> dict[
     if systemctl is None:
         return {"enabled": "unknown", "active": "unknown"}
     return {
-        verb.removeprefix("is-"): module.run_command([systemctl, verb, unit])[1].strip()
-        for verb in ("is-enabled", "is-active")
+        key: module.run_command([systemctl, f"is-{key}", unit])[1].strip()
+        for key in ("enabled", "active")
     }
 
 
@@ -281,7 +281,7 @@ def main() -> None:
         module.fail_json(msg=f"paths must be absolute; found {', '.join(relative)}: give the full path of each")
     stray = [path for path in module.params["read"] if path not in module.params["paths"]]
     if stray:
-        module.fail_json(msg=f"read must list paths of paths; found {', '.join(stray)}: add them to paths too")
+        module.fail_json(msg=f"read names paths that paths does not: {', '.join(stray)}; add them to paths too")
     files = {path: describe(path, module.params["checksum"]) for path in module.params["paths"]}
     for path in module.params["read"]:
         if files[path]["type"] != "file":
