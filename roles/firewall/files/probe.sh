@@ -1,7 +1,7 @@
 #!/bin/sh
 # The firewall role's one read of the box (tasks/plan.yml runs it as root with `sh -c`, $1 is
 # firewall_sshd_binary). Each section starts with a line "### sparkfleet.serving.firewall
-# probe: NAME"; plugins/plugin_utils/firewall_plan.py (parse_probe) splits them. Files come as
+# probe: NAME"; plugins/plugin_utils/firewall_state.py (parse_probe) splits them. Files come as
 # base64 on one line so that their bytes come back exactly. Read-only: it changes nothing.
 sshd=$1
 mark() { printf '### sparkfleet.serving.firewall probe: %s\n' "$1"; }
