@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_plan import plan
-from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_state import block_in_place, parse_probe
+# Helpers are imported where they are used, so that loading this file costs little: to find
+# one filter of the collection, ansible-core imports every filter file of it (see ruff.toml).
+from ansible.module_utils.parsing.convert_bool import boolean
 
 
 def firewall_plan(data: object) -> dict:
     """The role's inputs -> {"errors": [...]} or the plan (see plugins/plugin_utils/firewall_plan.py)."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_plan import plan
+
     if not isinstance(data, Mapping):
         raise AnsibleFilterError(f"firewall_plan: expected a dict of the role's inputs, found {type(data).__name__}")
     try:
@@ -27,6 +29,8 @@ def firewall_plan(data: object) -> dict:
 
 def firewall_probe(stdout: object) -> dict:
     """The output of roles/firewall/files/probe.sh -> its sections (plugins/plugin_utils/firewall_state.py)."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_state import parse_probe
+
     if not isinstance(stdout, str):
         found = type(stdout).__name__
         raise AnsibleFilterError(f"firewall_probe: expected the probe's output as a string, found {found}")
@@ -38,6 +42,8 @@ def firewall_probe(stdout: object) -> dict:
 
 def managed_block_in_place(text: object, name: object, block: object, wanted: object) -> bool:
     """Whether ansible.builtin.blockinfile with marker "# {mark} NAME" would leave the text as it is."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_state import block_in_place
+
     if not all(isinstance(value, str) for value in (text, name, block)):
         raise AnsibleFilterError("managed_block_in_place: the text, the marker name and the block must be strings")
     try:

@@ -7,21 +7,16 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import (
-    BENCHMARK_COLUMNS,
-    STATUS_COLUMNS,
-    benchmark_fleet,
-    benchmark_row,
-    render_table,
-    status_display,
-    status_row,
-)
+# Helpers are imported where they are used, so that loading this file costs little: to find
+# one filter of the collection, ansible-core imports every filter file of it (see ruff.toml).
 
-TABLES = {"status": STATUS_COLUMNS, "benchmark": BENCHMARK_COLUMNS}
+TABLES = ("status", "benchmark")
 
 
 def fleet_status_row(raw: object) -> dict:
     """One box's raw answers (a dict) -> its status row."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import status_row
+
     if not isinstance(raw, dict):
         raise AnsibleFilterError(f"fleet_status_row expects a dict of a box's answers, got {type(raw).__name__}")
     return status_row(raw)
@@ -29,16 +24,25 @@ def fleet_status_row(raw: object) -> dict:
 
 def fleet_table(rows: object, kind: str = "status") -> str:
     """Rows -> a text table; kind is status or benchmark."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import (
+        BENCHMARK_COLUMNS,
+        STATUS_COLUMNS,
+        render_table,
+        status_display,
+    )
+
     if kind not in TABLES:
         raise AnsibleFilterError(f"fleet_table: kind must be one of {', '.join(TABLES)}, got {kind!r}")
     if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
         raise AnsibleFilterError("fleet_table expects a list of rows (dicts)")
     shown = [status_display(row) for row in rows] if kind == "status" else list(rows)
-    return render_table(shown, TABLES[kind])
+    return render_table(shown, STATUS_COLUMNS if kind == "status" else BENCHMARK_COLUMNS)
 
 
 def fleet_benchmark_row(result: object, host: str, error: str = "") -> dict:
     """`vllm bench serve` result JSON (text or dict) of one box -> its row."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import benchmark_row
+
     if not isinstance(result, (str, dict)) and result is not None:
         raise AnsibleFilterError(f"fleet_benchmark_row expects the result JSON as text or a dict, got "
                                  f"{type(result).__name__}")
@@ -47,6 +51,8 @@ def fleet_benchmark_row(result: object, host: str, error: str = "") -> dict:
 
 def fleet_benchmark_summary(results: object) -> dict:
     """{host: result JSON} -> the fleet's row (throughput summed, percentiles over all requests)."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import benchmark_fleet
+
     if not isinstance(results, dict):
         raise AnsibleFilterError(f"fleet_benchmark_summary expects a dict of host -> result, got "
                                  f"{type(results).__name__}")

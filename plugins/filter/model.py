@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan import plan
+# Helpers are imported where they are used, so that loading this file costs little: to find
+# one filter of the collection, ansible-core imports every filter file of it (see ruff.toml).
 
 
 def model_plan(listing: object, commit: str, **box: object) -> dict:
     """The hub's listing + the box's manifest and files -> the plan (see module_utils/model_plan.py)."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan import plan
+
     try:
         return plan(listing, str(commit), box)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:

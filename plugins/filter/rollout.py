@@ -9,11 +9,14 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.rollout import summarize
+# Helpers are imported where they are used, so that loading this file costs little: to find
+# one filter of the collection, ansible-core imports every filter file of it (see ruff.toml).
 
 
 def rollout_summary(outcomes: object, hosts: object = None) -> dict:
     """{host: outcome} (and the hosts in their order) -> the summary."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.rollout import summarize
+
     if not isinstance(outcomes, Mapping) or not all(isinstance(o, Mapping) for o in outcomes.values()):
         raise AnsibleFilterError("rollout_summary expects a dict of each host's outcome (a dict), "
                                  f"got {type(outcomes).__name__}")

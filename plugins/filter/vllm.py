@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import build_serve_args
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
+# Helpers are imported where they are used, so that loading this file costs little: to find
+# one filter of the collection, ansible-core imports every filter file of it (see ruff.toml).
 
 
 def vllm_serve_args(settings: dict) -> list[str]:
     """Settings dict -> the arguments after `vllm serve`."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import build_serve_args
+
     if not isinstance(settings, dict):
         raise AnsibleFilterError(f"vllm_serve_args expects a dict of settings, got {type(settings).__name__}")
     try:
@@ -40,6 +42,8 @@ def log_lines(log: object) -> str | list[str] | None:
 
 def vllm_diagnose(log: object, exit_code: object = None) -> list[dict]:
     """Log text or list of lines (and the container's exit code) -> the known failures found."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
+
     if exit_code is not None and not isinstance(exit_code, int):
         try:
             exit_code = int(exit_code)

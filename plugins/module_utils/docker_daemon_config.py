@@ -94,6 +94,10 @@ UNIT_DIRS = (
 _MISSING = object()
 
 
+# What daemon.json must be, for the messages about a file that cannot be read as one.
+DAEMON_JSON_WHAT = "the daemon.json file, UTF-8 JSON as dockerd reads it (left as it is)"
+
+
 class DaemonJsonError(ValueError):
     """daemon.json (or a value for it) cannot be used; the message says why."""
 

@@ -164,6 +164,11 @@ def read_text_file(path: str, option: str, what: str) -> str | None:
         raise InputError(f"{option} {path}: a part of the path is a file, not a directory; expected {what}") from None
     except OSError as err:
         raise InputError(f"{option} {path} cannot be read ({err.strerror}); expected {what}") from None
+    return decode_text(data, path, option, what)
+
+
+def decode_text(data: bytes, path: str, option: str, what: str) -> str:
+    """A file's bytes as UTF-8 text; InputError naming the first byte that is not (as read_text_file says)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:

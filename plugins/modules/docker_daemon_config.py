@@ -179,6 +179,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.docker_daemon_config import (
+    DAEMON_JSON_WHAT,
     UNIT_DIRS,
     DaemonJsonError,
     apply_changes,
@@ -213,7 +214,7 @@ def read_text(path: str) -> str | None:
 
 def read_daemon_json(path: str) -> str | None:
     """daemon.json's text, None when it does not exist; InputError for anything unusable."""
-    return read_text_file(path, "path", "the daemon.json file, UTF-8 JSON as dockerd reads it (left as it is)")
+    return read_text_file(path, "path", DAEMON_JSON_WHAT)
 
 
 def target_path(path: str) -> str:

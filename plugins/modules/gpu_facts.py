@@ -22,7 +22,8 @@ description:
     architecture, and whether the NVIDIA Container Toolkit is installed.
   - On a box without a working GPU it does not fail; it returns O(ignore:present=false) with
     the reason (nvidia-smi missing, driver not loaded, no device, ...).
-  - The facts are returned as C(ansible_facts.sparkfleet_gpu).
+  - The facts are returned as C(ansible_facts.sparkfleet_gpu), next to the Ansible facts
+    O(gather_subset) asks for.
 options:
   nvidia_smi:
     description:
@@ -51,6 +52,28 @@ options:
       - Seconds to wait for each C(nvidia-smi) or C(nvcc) call (a hung driver must not hang the play).
     type: int
     default: 30
+  gather_subset:
+    description:
+      - Also collect these subsets of Ansible's own facts, with the collectors and the meaning
+        M(ansible.builtin.setup) gives O(ansible.builtin.setup#module:gather_subset) (for example
+        V(min) and V(network)), in the same call.
+      - A play that needs no more than these can set C(gather_facts) to V(false) and saves one
+        round trip per host.
+      - Empty (the default) collects none of them.
+    type: list
+    elements: str
+    default: []
+  gather_timeout:
+    description:
+      - Seconds each fact collector of O(gather_subset) may take, as in M(ansible.builtin.setup).
+    type: int
+    default: 10
+  fact_path:
+    description:
+      - Where the V(local) collector of O(gather_subset) (part of V(min)) reads C(*.fact) files, as in
+        M(ansible.builtin.setup).
+    type: path
+    default: /etc/ansible/facts.d
 attributes:
   facts:
     support: full
@@ -68,6 +91,10 @@ extends_documentation_fragment:
 EXAMPLES = r"""
 - name: Gather GPU facts
   sparkfleet.serving.gpu_facts:
+
+- name: Gather GPU facts and, in the same call, what gather_subset [min, network] of setup gathers
+  sparkfleet.serving.gpu_facts:
+    gather_subset: [min, network]
 
 - name: Show the driver and the CUDA version it supports
   ansible.builtin.debug:
@@ -171,6 +198,9 @@ import os
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.facts import ansible_collector, default_collectors
+from ansible.module_utils.facts.collector import CollectorNotFoundError, CycleFoundInFactDeps, UnresolvedFactDep
+from ansible.module_utils.facts.namespace import PrefixFactNamespace
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts import (
     QUERY_FIELDS,
@@ -184,6 +214,10 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts impor
 from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_range, read_text_file
 
 CONTAINER_TOOLKIT_TOOLS = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-container-cli")
+# What the setup module gathers for "min" (ansible-core 2.19, lib/ansible/modules/setup.py, main()).
+SETUP_MINIMAL_SUBSET = frozenset(["apparmor", "caps", "cmdline", "date_time", "distribution", "dns", "env", "fips",
+                                  "local", "lsb", "pkg_mgr", "platform", "python", "selinux", "service_mgr",
+                                  "ssh_pub_keys", "user"])
 
 
 def read_text(path: str) -> str | None:
@@ -258,6 +292,25 @@ def check_options(params: dict) -> str | None:
     return read_meminfo(params["meminfo_path"])
 
 
+def ansible_facts(module: AnsibleModule) -> dict:
+    """The facts setup would return for this gather_subset, from the same collectors and names."""
+    subset = module.params["gather_subset"]
+    if not subset:
+        return {}
+    try:
+        collector = ansible_collector.get_ansible_collector(
+            all_collector_classes=default_collectors.collectors,
+            namespace=PrefixFactNamespace(namespace_name="ansible", prefix="ansible_"),
+            filter_spec=[],
+            gather_subset=subset,
+            gather_timeout=module.params["gather_timeout"],
+            minimal_gather_subset=SETUP_MINIMAL_SUBSET,
+        )
+    except (TypeError, CollectorNotFoundError, CycleFoundInFactDeps, UnresolvedFactDep) as err:
+        raise InputError(f"gather_subset {subset}: {err}; expected what setup takes, such as min or network") from err
+    return collector.collect(module=module)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -266,11 +319,15 @@ def main() -> None:
             "driver_version_file": {"type": "path", "default": "/proc/driver/nvidia/version"},
             "meminfo_path": {"type": "path", "default": "/proc/meminfo"},
             "command_timeout": {"type": "int", "default": 30},
+            "gather_subset": {"type": "list", "elements": "str", "default": []},
+            "gather_timeout": {"type": "int", "default": 10},
+            "fact_path": {"type": "path", "default": "/etc/ansible/facts.d"},
         },
         supports_check_mode=True,
     )
     try:
         meminfo_text = check_options(module.params)
+        setup_facts = ansible_facts(module)
     except InputError as exc:
         module.fail_json(msg=str(exc), changed=False)
     smi = module.params["nvidia_smi"] or module.get_bin_path("nvidia-smi")
@@ -297,7 +354,7 @@ def main() -> None:
         container_toolkit=container_toolkit(module),
         nvidia_smi_path=smi,
     )
-    module.exit_json(changed=False, ansible_facts={"sparkfleet_gpu": facts})
+    module.exit_json(changed=False, ansible_facts=setup_facts | {"sparkfleet_gpu": facts})
 
 
 if __name__ == "__main__":
