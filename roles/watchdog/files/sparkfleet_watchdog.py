@@ -521,7 +521,11 @@ class Watchdog:
             self._set_state(w, IDLE, present=found is not None)
             return True
         restarted = before is not None and before.running and before.started_at != found.started_at
-        w.phase, limit = self.threshold(w)
+        phase, limit = self.threshold(w)
+        # A container that stays armed keeps its phase here: evaluate() logs the end of its grace
+        # period, which may fall on an inspection (setting it here would swallow that line).
+        if restarted or w.state != ARMED:
+            w.phase = phase
         if restarted:
             w.over_count = 0
             self.log("restarted", container=w.cfg.name, phase=w.phase, threshold=limit,

@@ -57,6 +57,17 @@ def test_grace_is_counted_from_started_at_not_from_watchdog_start(harness):
     assert (phase["previous"], phase["phase"], phase["threshold"]) == ("startup", "steady", 90)
 
 
+@pytest.mark.parametrize("offset", [i / 10 for i in range(20)])
+def test_the_end_of_the_grace_period_is_logged_whenever_it_falls(harness, offset):
+    # The container is inspected every inspect_interval_s (2 s); the grace period ends at any
+    # moment between two inspections or on one. Either way the change of phase is logged once.
+    h = harness()
+    h.started(ago_s=300 - 3 - offset)
+    h.run_for(6, used_pct=80)
+    phases = [(e["previous"], e["phase"], e["threshold"]) for e in h.events("phase")]
+    assert phases == [("startup", "steady", 90)], h.out.getvalue()
+
+
 def test_a_restart_starts_a_new_grace_period(harness):
     h = harness(cooldown_s=5)
     box = h.started(ago_s=3600)
