@@ -1,7 +1,8 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Filters of the vLLM role: the serve argument list and the start-up log diagnosis."""
+"""Filters of the vLLM role: the serve argument list, the image reference of a recorded
+deployment and the start-up log diagnosis."""
 
 from __future__ import annotations
 
@@ -21,6 +22,31 @@ def vllm_serve_args(settings: dict) -> list[str]:
         return build_serve_args(settings)
     except ValueError as exc:
         raise AnsibleFilterError(f"vllm_serve_args: {exc}") from exc
+
+
+def _repository(reference: str) -> str:
+    """repo[:tag][@digest] -> repo (a registry's host:port keeps its colon)."""
+    name = reference.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def vllm_image_ref(images: object, record: object) -> str:
+    """The reference to run a recorded deployment's image by: the recorded reference when it
+    still names the recorded image (docker_image_info of [image_id, reference] found both with
+    the same id), else a recorded repo digest (of the same repository first), else the id."""
+    if not isinstance(images, list) or not isinstance(record, dict):
+        raise AnsibleFilterError("vllm_image_ref expects docker_image_info's images and a deployment record (dict)")
+    image_id, reference = record.get("image_id") or "", record.get("image") or ""
+    if not image_id:
+        raise AnsibleFilterError("vllm_image_ref: the deployment record has no image_id")
+    ids = [image.get("Id") for image in images if isinstance(image, dict)]
+    if reference and ids.count(image_id) == 2:
+        return reference
+    digests = [d for d in record.get("repo_digests") or [] if isinstance(d, str) and "@sha256:" in d]
+    same_repo = [d for d in digests if _repository(d) == _repository(reference)]
+    return (same_repo or digests or [image_id])[0]
 
 
 def log_lines(log: object) -> str | list[str] | None:
@@ -54,4 +80,4 @@ def vllm_diagnose(log: object, exit_code: object = None) -> list[dict]:
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"vllm_serve_args": vllm_serve_args, "vllm_diagnose": vllm_diagnose}
+        return {"vllm_serve_args": vllm_serve_args, "vllm_diagnose": vllm_diagnose, "vllm_image_ref": vllm_image_ref}

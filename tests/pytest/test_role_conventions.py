@@ -4,7 +4,11 @@
 - defaults/main.yml holds exactly the options that are not required, with the value the
   spec documents (so that `ansible-doc -t role` prints what the role really uses);
 - everything else a role names (registered results, set_fact, task vars, vars/) is
-  internal, `__<role>_...`, so that no inventory value is silently outranked by vars/;
+  internal, `__<role>_...`, so that no inventory value is silently outranked by vars/,
+  except the results it publishes (its README's "Published results": `<role>_...` facts);
+- roles and playbooks read another role only through its options and published results:
+  never its `__<role>_...` names, and a playbook does not restate a role's defaults
+  (`<option> | default(...)`): it includes the role's entry point that publishes what it needs;
 - the README variable tables are what `make docs` generates from the specs.
 """
 
@@ -31,12 +35,25 @@ TASK_KEYWORDS = {
     "ignore_errors", "listen", "environment", "delegate_to", "run_once", "block", "rescue",
     "always", "args", "with_items", "diff", "throttle", "timeout", "any_errors_fatal",
 }
+PUBLISHED = "## Published results\n"
+PLAYBOOKS = sorted([*(ROOT / "playbooks").glob("*.yml"), ROOT / "site.yml"])
 INCLUDE_ROLE = {"ansible.builtin.import_role", "ansible.builtin.include_role"}
 SET_FACT = {"ansible.builtin.set_fact", "set_fact"}
 
 
 def load(path: Path) -> Any:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def published(role: Path) -> set[str]:
+    """The facts the role publishes: `<role>_...` names in backticks in its README's
+    "Published results" section that are not options."""
+    text = (role / "README.md").read_text(encoding="utf-8")
+    if PUBLISHED not in text:
+        return set()
+    section = text.split(PUBLISHED, 1)[1].split("\n## ", 1)[0]
+    names = set(re.findall(rf"`({re.escape(role.name)}_[a-z0-9_]+)`", section))
+    return names - set(options(role))
 
 
 def entry_points(role: Path) -> dict[str, dict]:
@@ -141,7 +158,9 @@ def internal_names(role: Path) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_registered_and_set_names_are_internal(role: Path):
     prefix = f"__{role.name}_"
-    wrong = [f"{where}: {how} {name}" for where, how, name in internal_names(role) if not name.startswith(prefix)]
+    mine = published(role)
+    wrong = [f"{where}: {how} {name}" for where, how, name in internal_names(role)
+             if not name.startswith(prefix) and not (how == "set_fact" and name in mine)]
     assert wrong == [], f"expected __{role.name}_...: {wrong}"
 
 
@@ -168,7 +187,7 @@ def test_included_roles_get_their_own_parameters(role: Path):
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_every_role_looking_name_used_is_an_option(role: Path):
     """A `<role>_...` name the role reads but does not declare is a setting nobody documented."""
-    declared = set(options(role))
+    declared = set(options(role)) | published(role)
     # Not after a dot (item.x), an anchor or alias (&x, *x) or a longer name.
     pattern = re.compile(rf"(?<![\w.&*]){re.escape(role.name)}_[a-z0-9_]+")
     files = [p for sub in ("tasks", "handlers", "templates", "vars") for p in (role / sub).glob("*")]
@@ -186,6 +205,59 @@ def test_the_internal_name_rule_can_fail(tmp_path: Path):
     )
     names = [found[2] for found in internal_names(role)]
     assert sorted(names) == ["__demo_ok", "demo_result", "other"]
+
+
+# --- one owner: roles are read through their options and published results -----------------
+
+
+def foreign_internal_names(text: str, own: str | None) -> set[str]:
+    """`__<role>_...` names of roles other than `own` (None: of every role) in a text."""
+    found = set()
+    for role in ROLES:
+        if role.name != own:
+            found |= set(re.findall(rf"(?<![\w]){re.escape(f'__{role.name}_')}[a-z0-9_]+", text))
+    return found
+
+
+def restated_defaults(text: str) -> set[str]:
+    """Role options a text gives a default of its own (`vllm_port | default(8000)`)."""
+    names = {name for role in ROLES for name in options(role)}
+    found = re.finditer(r"(?<![\w.])([a-z][a-z0-9_]*)\s*\|\s*default\(", text)
+    return {m.group(1) for m in found if m.group(1) in names}
+
+
+def role_files(role: Path) -> list[Path]:
+    subdirs = ("tasks", "handlers", "templates", "vars", "defaults")
+    return [p for sub in subdirs for p in (role / sub).glob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_roles_read_no_other_roles_internal_names(role: Path):
+    wrong = {f"{p.relative_to(ROOT)}: {name}" for p in role_files(role)
+             for name in foreign_internal_names(p.read_text(encoding="utf-8"), role.name)}
+    assert wrong == set(), "read the other role's published results or options instead"
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS, ids=lambda p: p.name)
+def test_playbooks_read_roles_only_through_their_published_results(playbook: Path):
+    text = playbook.read_text(encoding="utf-8")
+    assert foreign_internal_names(text, None) == set()
+    assert restated_defaults(text) == set(), (
+        "a second copy of a role default: include the role's entry point that publishes what the playbook needs"
+    )
+
+
+def test_the_one_owner_rules_can_fail():
+    assert foreign_internal_names("{{ __model_plan.files }} {{ __vllm_x }}", "vllm") == {"__model_plan"}
+    assert restated_defaults("{{ vllm_port | default(8000) }} {{ item.vllm_port | default(1) }} {{ x | default(1) }}") \
+        == {"vllm_port"}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_published_results_are_set_by_the_role(role: Path):
+    """What the README says the role publishes, a task of it sets."""
+    set_names = {name for _, how, name in internal_names(role) if how == "set_fact"}
+    assert published(role) <= set_names
 
 
 # --- README variable tables ----------------------------------------------------------------

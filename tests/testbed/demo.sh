@@ -45,9 +45,11 @@ for host in $hosts; do
     vars=$(ansible-inventory -i "$inventory" --host "$host")
     key=$(python3 -c 'import json, sys; print(json.load(sys.stdin).get("vllm_api_key", ""))' <<<"$vars")
     port=$(python3 -c 'import json, sys; print(json.load(sys.stdin).get("vllm_port", 8000))' <<<"$vars")
-    served=$(docker exec "$host" sh -c 'cat /var/lib/sparkfleet/vllm/deployment.json 2>/dev/null ||
-        cat /etc/sparkfleet/vllm/deployed.json 2>/dev/null || echo "{}"' |
-        python3 -c 'import json, sys; print(json.load(sys.stdin).get("served_model_name") or "qwen3.5-35b")')
+    # The served name as the status playbook reported it (the vllm role's published record).
+    served=$(python3 -c 'import json, sys
+rows = {row["host"]: row for row in json.load(open(sys.argv[1]))["hosts"]}
+print(rows.get(sys.argv[2], {}).get("served_model_name") or "qwen3.5-35b")' \
+        "$MOLECULE_EPHEMERAL_DIRECTORY/sparkfleet-status.json" "$host")
     body=$(printf '{"model": "%s", "max_tokens": 32, "messages": [{"role": "user", "content": "Hello from %s"}]}' \
         "$served" "$host")
     # The key goes to curl on stdin (a header file), not on a command line.

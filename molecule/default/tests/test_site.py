@@ -56,7 +56,7 @@ def test_vllm_runs_the_profile_command_line_with_the_nvidia_runtime(host):
     assert info["HostConfig"]["Runtime"] == "nvidia"
     assert info["HostConfig"]["NetworkMode"] == "host"
     assert [info["Path"], *info["Args"]] == ["vllm", *golden_vllm_argv()]
-    recorded = json.loads(host.file("/etc/sparkfleet/vllm/deployed.json").content_string)
+    recorded = json.loads(host.file("/var/lib/sparkfleet/vllm/last-run.json").content_string)
     assert recorded["image_id"] == info["Image"]
 
 

@@ -19,6 +19,7 @@ from spark_testinfra import golden_vllm_argv, recap_changed, run_playbook
 
 SCENARIO = Path(__file__).resolve().parents[1]
 ROLLOUT = SCENARIO.parents[1] / "playbooks" / "rollout.yml"
+SITE = SCENARIO.parents[1] / "site.yml"
 BOXES = ("fleet-1", "fleet-2", "fleet-3")
 RECORDS = "/var/lib/sparkfleet/vllm"
 KEY = "sk-molecule-fleet-test"
@@ -32,7 +33,7 @@ def inspect(name: str) -> dict:
     return json.loads(box(name).check_output("docker inspect vllm"))[0]
 
 
-def record(name: str, which: str = "deployment") -> dict:
+def record(name: str, which: str = "known-good") -> dict:
     return json.loads(box(name).check_output(f"cat {RECORDS}/{which}.json"))
 
 
@@ -73,7 +74,7 @@ def test_each_box_recorded_what_passed_its_health_gate(name: str):
     # The values are not in the record, only their hash (Ansible's to_json(sort_keys=true)).
     assert KEY not in json.dumps(recorded)
     assert recorded["env_sha256"] == hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
-    assert box(name).file(f"{RECORDS}/deployment-env.json").mode == 0o600
+    assert box(name).file(f"{RECORDS}/known-good-env.json").mode == 0o600
     assert not box(name).file(f"{RECORDS}/previous.json").exists
     tags = box(name).check_output("docker image inspect -f '{{.Id}}' sparkfleet-known-good/vllm:deployment")
     assert tags == info["Image"]
@@ -124,9 +125,27 @@ def test_the_failing_box_is_back_on_its_known_good_deployment_and_serves(failed_
     assert sorted(info["Config"]["Env"]) == sorted(old["Config"]["Env"])
     assert info["HostConfig"]["ShmSize"] == old["HostConfig"]["ShmSize"]
     assert [m["Source"] for m in info["Mounts"]] == [m["Source"] for m in old["Mounts"]]
-    # Still the known-good record: the failed change was never recorded.
+    # By the same image reference as the role's configure step asks for, not by the bare id
+    # (community.docker would recreate it on the next site.yml), and with the same labels.
+    assert info["Config"]["Image"] == old["Config"]["Image"] == "sparkfleet-sim/vllm-openai:standin"
+    assert info["Config"]["Labels"] == old["Config"]["Labels"]
+    # Still the known-good record: the failed change was never recorded; the record of what
+    # the role last ran says what runs now, not the failed command line.
     assert record("fleet-2") == before["fleet-2"][1]
+    assert ["serve", *record("fleet-2", "last-run")["argv"]] == info["Args"]
     assert serves("fleet-2")
+
+
+def test_site_leaves_the_rolled_back_box_running_as_it_is(failed_rollout):
+    """The inventory the rollback went back to is converged: site.yml on that box alone
+    changes nothing and the container keeps its id and start time."""
+    del failed_rollout  # after it
+    info = inspect("fleet-2")
+    result = run_playbook(SITE, limit="fleet-2")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert recap_changed(result.stdout) == 0, result.stdout[-6000:]
+    after = inspect("fleet-2")
+    assert (after["Id"], after["State"]["StartedAt"]) == (info["Id"], info["State"]["StartedAt"])
 
 
 def test_the_third_batch_was_never_touched(failed_rollout):

@@ -76,10 +76,11 @@ def test_the_model_mount_is_read_only_for_real(host):
 
 
 def test_deployed_image_is_recorded(host):
-    recorded = json.loads(host.file("/etc/sparkfleet/vllm/deployed.json").content_string)
+    recorded = json.loads(host.file("/var/lib/sparkfleet/vllm/last-run.json").content_string)
     image = json.loads(host.check_output("docker image inspect sparkfleet-sim/vllm-openai:standin"))[0]
     assert recorded["image_id"] == image["Id"] == inspect(host)["Image"]
-    assert recorded["command"] == EXPECTED_ARGS[1:]
+    assert recorded["argv"] == EXPECTED_ARGS[1:]
+    assert recorded["image"] == inspect(host)["Config"]["Image"] == "sparkfleet-sim/vllm-openai:standin"
 
 
 def test_api_listens_on_the_box(host):
