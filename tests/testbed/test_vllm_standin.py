@@ -579,3 +579,24 @@ def test_stand_in_takes_attention_backends_and_compilation_modes_from_vllms_regi
     spec = DATA["field_errors"]["CacheConfig.gpu_memory_utilization"]
     assert spec["file"] == "vllm/config/cache.py" and spec["bounds"] == {"gt": 0, "le": 1}
 
+
+# --- what vLLM refuses, the stand-in refuses with vLLM's words, and the diagnosis names the fix ----
+
+REFUSED = {
+    "invalid-reasoning-parser": ["{model}", "--reasoning-parser", "qwen3.5"],
+    "gpu-memory-utilization-out-of-range": ["{model}", "--gpu-memory-utilization", "0"],
+    "unknown-load-format": ["{model}", "--load-format", "tensorstore"],
+    "unknown-attention-backend": ["{model}", "--attention-backend", "flashattention"],
+    "model-not-first": ["--served-model-name", "x", "{model}"],
+    "log-outputs-without-log-requests": ["{model}", "--enable-log-outputs"],
+}
+
+
+@pytest.mark.parametrize("key", list(REFUSED))
+def test_refused_command_line_is_diagnosed(standin: ModuleType, plain_model: Path, key: str,
+                                           monkeypatch: pytest.MonkeyPatch):
+    argv = [a.format(model=plain_model) for a in REFUSED[key]]
+    result = run_in_process(standin, argv, monkeypatch)
+    assert result.returncode == 1
+    found = load_diagnosis().diagnose(result.stdout + result.stderr, exit_code=result.returncode)
+    assert found and found[0]["key"] == key, [f["key"] for f in found]
