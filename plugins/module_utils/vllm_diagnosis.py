@@ -6,15 +6,41 @@
 vLLM fails minutes into start-up with a stack trace; the line that matters is buried in
 hundreds of others. Each known failure is a pattern over the log and an advice naming
 the role variable (roles/vllm) that fixes it. The patterns follow vLLM 0.19.1's own
-messages (the unit tests quote each with its source file and line). Pure functions:
-tests/unit/plugins/module_utils/test_vllm_diagnosis.py.
+messages: some are written here (the unit tests quote each with its source file and line),
+the newer ones are made from vllm_messages.py, which generate.py writes from the release's
+source (file, line and text of each message) so that a new vLLM pin brings its texts along.
+Pure functions: tests/unit/plugins/module_utils/test_vllm_diagnosis.py.
 """
 
 from __future__ import annotations
 
 import re
 import signal
+import string
 from dataclasses import dataclass
+
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_messages import FIELD_ERRORS, MESSAGES
+
+
+def vllm_text(name: str) -> str:
+    """vLLM's message `name` (vllm_messages.py, generated from the release's source) as a pattern:
+    its literal words, and for each value it interpolates anything up to the end of the line."""
+    parts = []
+    for literal, field, _spec, _conversion in string.Formatter().parse(MESSAGES[name][2]):
+        parts.append(re.escape(literal))
+        if field is not None:
+            parts.append(r"([^\n]*?)")
+    return "".join(parts)
+
+
+def field_error(key: str) -> str:
+    """pydantic refusing the value of a vLLM config field (FIELD_ERRORS, produced by running the
+    class): the class's ValidationError, the field's line, then one of its messages. The group
+    `evidence` marks the line that names the value."""
+    cls, field = key.split(".")
+    messages = "|".join(re.escape(text) for text in FIELD_ERRORS[key][2].values())
+    return (rf"validation errors? for {cls}\b.*?\b{field}[ \t]*\n[^\n]*?"
+            rf"(?P<evidence>(?:{messages})\b[^\n]*)")
 
 
 @dataclass(frozen=True)
@@ -214,7 +240,13 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     KnownFailure(
         key="invalid-reasoning-parser",
         title="Unknown reasoning parser",
-        patterns=(r"invalid reasoning parser: (\S+)",),
+        patterns=(
+            r"invalid reasoning parser: (\S+)",
+            # --reasoning-parser is looked up only in the engine, after the weights and the KV
+            # cache: a KeyError there, and the API server's own lookup's TypeError.
+            vllm_text("reasoning-parser-not-found"),
+            vllm_text("reasoning-parser-not-registered"),
+        ),
         variables=("vllm_reasoning_parser",),
         advice=(
             "The vLLM in the image has no reasoning parser of that name (the message lists the ones it has). "
@@ -248,6 +280,63 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         ),
     ),
     KnownFailure(
+        key="gpu-memory-utilization-out-of-range",
+        title="gpu_memory_utilization is not a share of memory above 0 and at most 1",
+        patterns=(field_error("CacheConfig.gpu_memory_utilization"),),
+        variables=("vllm_gpu_memory_utilization",),
+        advice=(
+            "vLLM takes --gpu-memory-utilization as a fraction of the GPU's memory, greater than 0 and at most 1 "
+            "(the message shows the value it got). Set vllm_gpu_memory_utilization to a fraction such as 0.75, "
+            "not a percentage, and not above 0.85 on unified memory."
+        ),
+    ),
+    KnownFailure(
+        key="unknown-attention-backend",
+        title="Unknown attention backend, or two of them",
+        patterns=(vllm_text("unknown-attention-backend"), vllm_text("attention-backend-twice")),
+        variables=("vllm_extra_args", "vllm_image"),
+        advice=(
+            "--attention-backend (or the backend of --attention-config) in vllm_extra_args names no backend this "
+            "vLLM has (the message lists them: upper-case names such as FLASHINFER, FLASH_ATTN, TRITON_ATTN; the "
+            "case does not matter, '-' is not '_'), or both flags are given. Fix the name in vllm_extra_args, "
+            "give it once, or drop it so that vLLM picks the backend for the GPU; a newer backend needs a newer "
+            "vllm_image."
+        ),
+    ),
+    KnownFailure(
+        key="unknown-load-format",
+        title="Unknown load format",
+        patterns=(vllm_text("unknown-load-format"),),
+        variables=("vllm_extra_args", "vllm_image"),
+        advice=(
+            "--load-format in vllm_extra_args names a weight loader this vLLM does not have (it fails before "
+            "reading any weight). Fix or drop it in vllm_extra_args (the default, auto, reads safetensors), or "
+            "use an image whose vLLM has that loader (vllm_image)."
+        ),
+    ),
+    KnownFailure(
+        key="model-not-first",
+        title="The model is not the first argument of vllm serve",
+        patterns=(vllm_text("model-not-first"),),
+        variables=("vllm_image", "vllm_model_path"),
+        advice=(
+            "With --served-model-name, vLLM wants the model right after `vllm serve`. The role passes "
+            "vllm_model_path first, after the image's entrypoint; an image whose entrypoint adds options of its "
+            "own after `vllm serve` puts those first. Use an image whose entrypoint is plain `vllm serve` "
+            "(vllm/vllm-openai) in vllm_image, and keep vllm_model_path set."
+        ),
+    ),
+    KnownFailure(
+        key="log-outputs-without-log-requests",
+        title="--enable-log-outputs without --enable-log-requests",
+        patterns=(vllm_text("log-outputs-without-log-requests"),),
+        variables=("vllm_extra_args",),
+        advice=(
+            "vLLM logs outputs only together with the requests. Add --enable-log-requests to vllm_extra_args next "
+            "to --enable-log-outputs, or drop --enable-log-outputs."
+        ),
+    ),
+    KnownFailure(
         key="invalid-arguments",
         title="vLLM refused its command line",
         # Unknown flags are reported by the top-level parser ("vllm: error: unrecognized
@@ -272,6 +361,18 @@ def _evidence_line(text: str, start: int) -> str:
     line_end = text.find("\n", start)
     line = text[line_start:] if line_end < 0 else text[line_start:line_end]
     return line.strip()[:500]
+
+
+def _last_match(patterns: tuple[re.Pattern[str], ...], text: str) -> re.Match[str] | None:
+    """The last match of the first pattern that matches. A message also shows in the traceback's
+    source line above it (`raise TypeError("Error: ...")`); the exception's own line comes last."""
+    for pattern in patterns:
+        match = None
+        for match in pattern.finditer(text):  # noqa: B007 - the loop keeps the last one
+            pass
+        if match:
+            return match
+    return None
 
 
 def _exit_code_evidence(exit_code: int) -> str:
@@ -305,9 +406,10 @@ def diagnose(log: str | list[str] | None, exit_code: int | None = None) -> list[
     text = "" if log is None else ("\n".join(log) if isinstance(log, list) else str(log))
     found = []
     for failure, patterns in _COMPILED:
-        match = next((m for m in (p.search(text) for p in patterns) if m), None)
+        match = _last_match(patterns, text)
         if match:
-            found.append(_item(failure, _evidence_line(text, match.start())))
+            start = match.start("evidence") if "evidence" in match.re.groupindex else match.start()
+            found.append(_item(failure, _evidence_line(text, start)))
         elif exit_code is not None and exit_code in failure.exit_codes:
             found.append(_item(failure, _exit_code_evidence(exit_code)))
     return found

@@ -184,7 +184,23 @@ def test_command_line_fares_as_under_vllms_own_parser(standin: ModuleType, plain
         assert "Traceback (most recent call last):" in result.stdout + result.stderr or case["error"].startswith(
             "pydantic_core")
     if case.get("detail"):
-        assert any(line.startswith(case["detail"]) for line in lines)
+        # The lines after the error line: pydantic's, one or two per refused field.
+        start = lines.index(case["error"]) + 1
+        expected = case["detail"].split("\n")
+        got = lines[start:start + len(expected)]
+        assert len(got) == len(expected) and all(map(same_detail_line, expected, got)), (expected, got)
+
+
+def same_detail_line(expected: str, got: str) -> bool:
+    """A line of vLLM's is the start of the stand-in's (for a model validator's error pydantic adds
+    `[type=..., input_value=ArgsKwargs(...)]`, which the generator does not record). A JSON syntax
+    error is described in serde_json's words (pydantic's parser), which the stand-in does not
+    re-create: for those, the words around it are compared."""
+    marker = " [type=json_invalid,"
+    if marker in expected:
+        head = expected.split("Invalid JSON: ", maxsplit=1)[0] + "Invalid JSON: "
+        return got.startswith(head) and got.endswith(expected[expected.index(marker):])
+    return got.startswith(expected)
 
 
 def test_the_cases_cover_what_the_old_stand_in_got_wrong():
@@ -474,13 +490,24 @@ def test_not_listening_while_loading(model: Path):
 
 # --- the stand-in's failures are what the role's diagnosis recognises -----------------------
 
-def load_diagnosis() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "vllm_diagnosis.py"
-    spec = importlib.util.spec_from_file_location("vllm_diagnosis", path)
+def load_module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["vllm_diagnosis"] = module  # dataclasses look the module up by name
+    sys.modules[name] = module  # dataclasses look the module up by name
     spec.loader.exec_module(module)
     return module
+
+
+MESSAGES_MODULE = "ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_messages"
+
+
+def load_diagnosis() -> ModuleType:
+    """vllm_diagnosis.py without the collection on the path: its generated table of vLLM's texts
+    is registered under the name it imports it by (a module found in sys.modules is used as is)."""
+    utils = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
+    if (utils / "vllm_messages.py").is_file():
+        load_module(utils / "vllm_messages.py", MESSAGES_MODULE)
+    return load_module(utils / "vllm_diagnosis.py", "vllm_diagnosis")
 
 
 FORCED = {
@@ -528,3 +555,48 @@ def test_forced_failure_is_diagnosed_as_itself(model: Path, name: str):
     found = (diagnosis.diagnose(result.stdout, exit_code=result.returncode) if with_exit_code
              else diagnosis.diagnose(result.stdout))
     assert found and found[0]["key"] == name
+
+
+# --- the generated tables ---------------------------------------------------------------------
+
+def test_generated_messages_module_matches_the_table():
+    """plugins/module_utils/vllm_messages.py (the diagnosis's copy) and vllm_serve.json come from
+    one generator run: the same vLLM release, texts, files and lines."""
+    module = load_module(Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "vllm_messages.py",
+                         MESSAGES_MODULE)
+    assert (DATA["vllm_version"], DATA["sdist_sha256"]) == (module.VLLM_VERSION, module.SDIST_SHA256)
+    table = {name: (m["file"], m["line"], m["template"]) for name, m in DATA["messages"].items()}
+    assert table == module.MESSAGES
+    fields = {key: (f["file"], f["line"], f["messages"]) for key, f in DATA["field_errors"].items()}
+    assert fields == module.FIELD_ERRORS
+
+
+def test_stand_in_takes_attention_backends_and_compilation_modes_from_vllms_registry():
+    """The names come from vLLM's AttentionBackendEnum and CompilationMode (run by generate.py)."""
+    registries = DATA["registries"]
+    assert {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"} <= set(registries["attention_backends"])
+    assert registries["compilation_modes"]["VLLM_COMPILE"] == 3
+    spec = DATA["field_errors"]["CacheConfig.gpu_memory_utilization"]
+    assert spec["file"] == "vllm/config/cache.py" and spec["bounds"] == {"gt": 0, "le": 1}
+
+
+# --- what vLLM refuses, the stand-in refuses with vLLM's words, and the diagnosis names the fix ----
+
+REFUSED = {
+    "invalid-reasoning-parser": ["{model}", "--reasoning-parser", "qwen3.5"],
+    "gpu-memory-utilization-out-of-range": ["{model}", "--gpu-memory-utilization", "0"],
+    "unknown-load-format": ["{model}", "--load-format", "tensorstore"],
+    "unknown-attention-backend": ["{model}", "--attention-backend", "flashattention"],
+    "model-not-first": ["--served-model-name", "x", "{model}"],
+    "log-outputs-without-log-requests": ["{model}", "--enable-log-outputs"],
+}
+
+
+@pytest.mark.parametrize("key", list(REFUSED))
+def test_refused_command_line_is_diagnosed(standin: ModuleType, plain_model: Path, key: str,
+                                           monkeypatch: pytest.MonkeyPatch):
+    argv = [a.format(model=plain_model) for a in REFUSED[key]]
+    result = run_in_process(standin, argv, monkeypatch)
+    assert result.returncode == 1
+    found = load_diagnosis().diagnose(result.stdout + result.stderr, exit_code=result.returncode)
+    assert found and found[0]["key"] == key, [f["key"] for f in found]

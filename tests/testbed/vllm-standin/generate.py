@@ -18,11 +18,18 @@ vllm==X` would also try to build vLLM's metadata, which needs torch and CUDA.
 
 What lands in vllm_serve.json:
 * every `vllm serve` option: option strings, dest, action, nargs, value type, choices, default;
-* the registered tool-call parsers, reasoning parsers, quantization methods and load formats,
-  which have no argparse choices (an unknown name fails at start-up, not in argparse);
+* the registered tool-call parsers, reasoning parsers, quantization methods, load formats and
+  attention backends, and the compilation modes, which have no argparse choices (an unknown
+  name fails at start-up or in pydantic, not in argparse's choices);
 * vLLM's failure messages as format strings, each with its upstream file:line, checked
   against the source text (the literal parts must equal the f-string's literal parts);
-* the outcome of every command line in CASES under the real parser (the tests' expectations).
+* pydantic's messages for the config fields the stand-in checks itself (CacheConfig's
+  gpu_memory_utilization bounds, CompilationConfig's mode), produced by running the classes;
+* the outcome of every command line in CASES under the real parser, and for names argparse
+  lets through, under the real CacheConfig and AttentionConfig code (the tests' expectations).
+
+The messages and field errors also go to plugins/module_utils/vllm_messages.py, the copy the
+role's log diagnosis (vllm_diagnosis.py) builds its newer patterns from.
 """
 
 from __future__ import annotations
@@ -73,6 +80,19 @@ MESSAGES = {
     "reasoning-parser-not-found": (
         "vllm/reasoning/abs_reasoning_parsers.py", "Reasoning parser '",
         "Reasoning parser '{name}' not found. Available parsers: {registered}"),
+    # The API server's own lookup (OpenAIServingRender, OpenAIServingChat): `{name=}` prints the repr.
+    "reasoning-parser-not-registered": (
+        "vllm/parser/parser_manager.py", "reasoning_parser_name=",
+        "reasoning_parser_name={name} has not been registered"),
+    "unknown-attention-backend": (
+        "vllm/v1/attention/backends/registry.py", "Unknown attention backend: ",
+        "Unknown attention backend: '{name}'. Valid options are: {valid_backends}"),
+    "attention-backend-twice": (
+        "vllm/engine/arg_utils.py", "attention_backend and attention_config.backend",
+        "attention_backend and attention_config.backend are mutually exclusive"),
+    "invalid-compilation-mode": (
+        "vllm/config/compilation.py", "Invalid compilation mode: ",
+        "Invalid compilation mode: {value}. Valid modes are: {valid_modes}"),
     "auto-tool-choice-without-parser": (
         "vllm/entrypoints/openai/cli_args.py", "Error: --enable-auto-tool-choice requires",
         "Error: --enable-auto-tool-choice requires --tool-call-parser"),
@@ -203,6 +223,20 @@ CASES: list[list[str]] = [
     [MODEL, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'],
     [MODEL, "--chat-template-content-format", "openai"],
     [MODEL, "--enable-log-requests", "--enable-log-outputs"],
+    [MODEL, "--gpu-memory-utilization", "1"],
+    [MODEL, "--gpu-memory-utilization", "0.01"],
+    [MODEL, "--attention-backend", "FLASHINFER"],
+    [MODEL, "--attention-backend", "flash_attn"],
+    [MODEL, "--attention-backend", "auto"],
+    [MODEL, "--attention-backend", "TRITON_ATTN", "-ac", '{"backend": "auto"}'],
+    [MODEL, "-ac", '{"backend": "flashinfer"}'],
+    [MODEL, "-ac.backend", "FLASH_ATTN"],
+    [MODEL, "-cc", '{"mode": "vllm_compile"}'],
+    [MODEL, "-cc.mode", "NONE"],
+    [MODEL, "-cc", '{"mode": 0}'],
+    [MODEL, "-cc", '{"mode": 3.0}'],
+    [MODEL, "-cc", '{"mode": true}'],
+    [MODEL, "-cc", '{"mode": null}'],
     # refused by argparse (exit 2)
     [MODEL, "--swap-space", "4"],
     [MODEL, "-O", '{"level": 3}'],
@@ -227,6 +261,15 @@ CASES: list[list[str]] = [
     [MODEL, "--port", "99999999999999999999x"],
     [MODEL, "--chat-template-content-format", "html"],
     [MODEL, "--tensor-parallel-size", "two"],
+    [MODEL, "-cc", '{"mode": 4}'],
+    [MODEL, "-cc", '{"mode": -1}'],
+    [MODEL, "-cc", '{"mode": 3.5}'],
+    [MODEL, "-cc", '{"mode": [3]}'],
+    [MODEL, "-cc", '{"mode": "3"}'],
+    [MODEL, "-cc.mode", "fast"],
+    [MODEL, "--compilation-config", '{"mode": "piecewise", "no_such_field": 1}'],
+    [MODEL, "-ac", '{"backend": "sdpa"}'],
+    [MODEL, "-ac.backend", "flash-attn"],
     # refused before argparse ends (ValueError in FlexibleArgumentParser.parse_args, exit 1)
     ["--served-model-name", "x", MODEL],
     # refused by validate_parsed_serve_args (TypeError, exit 1)
@@ -240,6 +283,15 @@ CASES: list[list[str]] = [
     [MODEL, "--enable-auto-tool-choice", "--tool-call-parser", "qwen4"],
     [MODEL, "--quantization", "nvfp8"],
     [MODEL, "--load-format", "tensorstore"],
+    [MODEL, "--gpu-memory-utilization", "0"],
+    [MODEL, "--gpu-memory-utilization", "0.0"],
+    [MODEL, "--gpu-memory-utilization", "1.01"],
+    [MODEL, "--gpu-memory-utilization", "75"],
+    [MODEL, "--attention-backend", "flashattention"],
+    [MODEL, "--attention-backend", "FLASH-ATTN"],
+    [MODEL, "--attention-backend", "FLASHINFER", "-ac", '{"backend": "TRITON_ATTN"}'],
+    [MODEL, "--attention-backend", "sdpa", "--load-format", "tensorstore"],
+    [MODEL, "--gpu-memory-utilization", "0", "--attention-backend", "sdpa"],
 ]
 
 
@@ -375,16 +427,25 @@ def import_vllm(source: Path) -> dict[str, Any]:
     from vllm import platforms  # noqa: PLC0415
     # The platform decides some defaults; the image this stand-in replaces runs on CUDA.
     platforms.resolve_current_platform_cls_qualname = lambda: "vllm.platforms.cuda.CudaPlatform"
+    from pydantic import TypeAdapter, ValidationError  # noqa: PLC0415 - vLLM's config classes need it
+    from vllm.config import AttentionConfig, CacheConfig, CompilationConfig  # noqa: PLC0415
+    from vllm.config.compilation import CompilationMode  # noqa: PLC0415
     from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args  # noqa: PLC0415
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS  # noqa: PLC0415
     from vllm.reasoning import ReasoningParserManager  # noqa: PLC0415
     from vllm.tool_parsers import ToolParserManager  # noqa: PLC0415
     from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: PLC0415
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum  # noqa: PLC0415
     return {
         "make_arg_parser": make_arg_parser, "validate": validate_parsed_serve_args,
         "parser_cls": FlexibleArgumentParser, "quantization": list(QUANTIZATION_METHODS),
         "tool_call_parsers": ToolParserManager.list_registered(),
         "reasoning_parsers": ReasoningParserManager.list_registered(),
+        # The names _AttentionBackendEnumMeta.__getitem__ accepts and lists in its error.
+        "attention_backends": list(AttentionBackendEnum.__members__),
+        "compilation_modes": {name: int(mode) for name, mode in CompilationMode.__members__.items()},
+        "CacheConfig": CacheConfig, "AttentionConfig": AttentionConfig, "CompilationConfig": CompilationConfig,
+        "TypeAdapter": TypeAdapter, "ValidationError": ValidationError,
     }
 
 
@@ -475,6 +536,75 @@ def load_formats(source: Path) -> list[str]:
     raise SystemExit("_LOAD_FORMAT_TO_MODEL_LOADER not found")
 
 
+# --- pydantic's texts for vLLM's constrained config fields, by running the classes ---------------
+
+def field_line(source: Path, rel: str, cls: str, field: str) -> int:
+    """The line that declares `cls.field` (its type and constraints)."""
+    for node in ast.walk(ast.parse((source / rel).read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and getattr(item.target, "id", "") == field:
+                    return item.lineno
+    raise SystemExit(f"{rel}: no field {cls}.{field}")
+
+
+def one_error(vllm: dict[str, Any], run: Any) -> dict[str, Any]:
+    """The single pydantic error `run()` raises."""
+    try:
+        run()
+    except vllm["ValidationError"] as exc:
+        errors = exc.errors(include_url=False)
+        if len(errors) == 1:
+            return errors[0]
+        raise SystemExit(f"expected one validation error, got {errors}") from exc
+    raise SystemExit("expected a validation error, the value was accepted")
+
+
+def field_errors(source: Path, vllm: dict[str, Any]) -> dict[str, Any]:
+    """What pydantic says when vLLM's config classes refuse a value the stand-in checks itself:
+    --gpu-memory-utilization (CacheConfig, built in the API server by create_engine_config) and
+    the compilation mode (CompilationConfig, validated by argparse's parse_dataclass)."""
+    cache = vllm["CacheConfig"]
+    metadata = cache.__pydantic_fields__["gpu_memory_utilization"].metadata
+    bounds = {type(m).__name__.lower(): getattr(m, type(m).__name__.lower()) for m in metadata}
+    if set(bounds) != {"gt", "le"}:
+        raise SystemExit(f"CacheConfig.gpu_memory_utilization: bounds {bounds}; the stand-in knows gt and le")
+    utilization = {}
+    for probe in (float(bounds["gt"]), float(bounds["le"]) + 0.5):
+        error = one_error(vllm, lambda probe=probe: cache(gpu_memory_utilization=probe))
+        utilization[error["type"]] = error["msg"]
+    compilation = vllm["TypeAdapter"](vllm["CompilationConfig"])
+    modes = vllm["compilation_modes"]
+    enum = one_error(vllm, lambda: compilation.validate_json(json.dumps({"mode": max(modes.values()) + 1})))
+    return {
+        "CacheConfig.gpu_memory_utilization": {
+            "file": "vllm/config/cache.py", "line": field_line(source, "vllm/config/cache.py", "CacheConfig",
+                                                               "gpu_memory_utilization"),
+            "bounds": bounds, "messages": utilization},
+        "CompilationConfig.mode": {
+            "file": "vllm/config/compilation.py",
+            "line": field_line(source, "vllm/config/compilation.py", "CompilationConfig", "mode"),
+            "messages": {enum["type"]: enum["msg"]}},
+        "AttentionConfig.backend": {
+            "file": "vllm/config/attention.py",
+            "line": field_line(source, "vllm/config/attention.py", "AttentionConfig", "backend"), "messages": {}},
+    }
+
+
+def pydantic_wording(vllm: dict[str, Any]) -> dict[str, str]:
+    """The parts of pydantic's messages the stand-in puts around its own: a validator's
+    ValueError, an unknown field, a JSON syntax error (whose own wording is serde_json's)."""
+    compilation = vllm["TypeAdapter"](vllm["CompilationConfig"])
+    value_error = one_error(vllm, lambda: compilation.validate_json('{"mode": "?"}'))
+    unknown = one_error(vllm, lambda: compilation.validate_json('{"no_such_field": 1}'))
+    bad_json = one_error(vllm, lambda: compilation.validate_json("{"))
+    return {
+        "value_error_prefix": value_error["msg"].removesuffix(str(value_error["ctx"]["error"])),
+        unknown["type"]: unknown["msg"],
+        "json_invalid_prefix": bad_json["msg"].removesuffix(str(bad_json["ctx"]["error"])),
+    }
+
+
 # --- messages quoted from the source ------------------------------------------------------------
 
 def literal_shape(node: ast.AST) -> str:
@@ -504,10 +634,10 @@ def quote(source: Path, rel: str, anchor: str, template: str) -> dict[str, Any]:
 
 # --- outcomes under the real parser ---------------------------------------------------------------
 
-def startup_error(args: argparse.Namespace, data: dict[str, Any]) -> tuple[str, str] | None:
+def startup_error(args: argparse.Namespace, vllm: dict[str, Any], data: dict[str, Any]) -> tuple[str, str] | None:
     """The checks vLLM makes on names that argparse lets through, in vLLM's order, as (stage,
     error): "startup" before the engine process starts (api_server.py validate_api_server_args,
-    then ModelConfig's quantization check), "engine" in the engine process (the loader's
+    then EngineArgs.create_engine_config), "engine" in the engine process (the loader's
     load format; the reasoning parser, looked up by StructuredOutputManager in
     vllm/v1/engine/core.py after the KV cache is set up)."""
     msgs = data["messages"]
@@ -523,11 +653,9 @@ def startup_error(args: argparse.Namespace, data: dict[str, Any]) -> tuple[str, 
     if early and early not in reasoning:
         text = msgs["unknown-reasoning-parser"]["template"].format(name=early, choices=",".join(reasoning))
         return "startup", f"KeyError: {text!r}"
-    quants = data["registries"]["quantization"]
-    if args.quantization is not None and args.quantization not in quants:
-        # Raised in ModelConfig.__post_init__: pydantic reports it as a ValidationError.
-        text = msgs["unknown-quantization"]["template"].format(name=args.quantization, choices=quants)
-        return "startup", PYDANTIC.format(cls="ModelConfig") + "\n  Value error, " + text
+    found = engine_config_error(args, vllm, data)
+    if found:
+        return "startup", found
     if args.load_format not in data["registries"]["load_formats"]:
         return "engine", "ValueError: " + msgs["unknown-load-format"]["template"].format(name=args.load_format)
     if args.reasoning_parser and args.reasoning_parser not in reasoning:
@@ -537,7 +665,43 @@ def startup_error(args: argparse.Namespace, data: dict[str, Any]) -> tuple[str, 
     return None
 
 
+def engine_config_error(args: argparse.Namespace, vllm: dict[str, Any], data: dict[str, Any]) -> str | None:
+    """EngineArgs.create_engine_config (vllm/engine/arg_utils.py) in its order: ModelConfig's
+    quantization check, CacheConfig (run here: pydantic's own texts), then the attention
+    backend (AttentionConfig.validate_backend_before, run here)."""
+    msgs = data["messages"]
+    quants = data["registries"]["quantization"]
+    if args.quantization is not None and args.quantization not in quants:
+        # Raised in ModelConfig.__post_init__: pydantic reports it as a ValidationError.
+        text = msgs["unknown-quantization"]["template"].format(name=args.quantization, choices=quants)
+        return PYDANTIC.format(cls="ModelConfig") + "\n  Value error, " + text
+    try:
+        vllm["CacheConfig"](gpu_memory_utilization=args.gpu_memory_utilization)
+    except vllm["ValidationError"] as exc:
+        return validation_error_text(exc)
+    if args.attention_backend is not None:
+        if args.attention_config.backend is not None:
+            return "ValueError: " + msgs["attention-backend-twice"]["template"]
+        try:
+            vllm["AttentionConfig"].validate_backend_before(args.attention_backend)
+        except ValueError as exc:
+            return f"ValueError: {exc}"
+    return None
+
+
 PYDANTIC = "pydantic_core._pydantic_core.ValidationError: 1 validation error for {cls}"
+# pydantic's pointer to its docs names the pydantic release of the machine that runs this
+# generator, not the image's: left out of the recorded texts (and of the stand-in's).
+PYDANTIC_URL_LINE = re.compile(r"^ +For further information visit https://errors\.pydantic\.dev/")
+
+
+def without_url_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not PYDANTIC_URL_LINE.match(line)]
+
+
+def validation_error_text(exc: Exception) -> str:
+    """A pydantic ValidationError as a traceback's last line shows it (class, then the text)."""
+    return "\n".join(without_url_lines(f"{type(exc).__module__}.{type(exc).__name__}: {exc}"))
 
 
 ERROR_LINE = re.compile(r"^vllm(?: serve)?: error: ")
@@ -548,6 +712,17 @@ def normalise(line: str) -> str:
     return re.sub(r" at 0x[0-9a-f]+>", " at 0x...>", line)
 
 
+def argparse_outcome(stderr: str, code: Any) -> dict[str, Any]:
+    """The error line, and the lines after it when the message has several (pydantic's)."""
+    lines = stderr.splitlines()
+    first = next((i for i, line in enumerate(lines) if ERROR_LINE.match(line)), None)
+    if first is None:
+        return {"stage": "argparse", "exit": code, "error": ""}
+    detail = without_url_lines("\n".join(lines[first + 1:]))
+    return {"stage": "argparse", "exit": code, "error": normalise(lines[first]),
+            **({"detail": "\n".join(detail)} if detail else {})}
+
+
 def outcome(vllm: dict[str, Any], data: dict[str, Any], argv: list[str]) -> dict[str, Any]:
     top, _serve = build_parser(vllm)
     err = io.StringIO()
@@ -555,15 +730,14 @@ def outcome(vllm: dict[str, Any], data: dict[str, Any], argv: list[str]) -> dict
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             args = top.parse_args(["serve", *argv])
     except SystemExit as exc:
-        lines = [line for line in err.getvalue().splitlines() if ERROR_LINE.match(line)]
-        return {"stage": "argparse", "exit": exc.code, "error": normalise(lines[0]) if lines else ""}
+        return argparse_outcome(err.getvalue(), exc.code)
     except ValueError as exc:
         return {"stage": "cli", "exit": 1, "error": f"ValueError: {exc}"}
     try:
         vllm["validate"](args)
     except TypeError as exc:
         return {"stage": "validate", "exit": 1, "error": f"TypeError: {exc}"}
-    found = startup_error(args, data)
+    found = startup_error(args, vllm, data)
     if found:
         stage, error = found
         first, _newline, detail = error.partition("\n")
@@ -587,8 +761,12 @@ def generate(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
             "reasoning_parsers": vllm["reasoning_parsers"],
             "quantization": vllm["quantization"],
             "load_formats": load_formats(source),
+            "attention_backends": vllm["attention_backends"],
+            "compilation_modes": vllm["compilation_modes"],
         },
         "messages": {name: quote(source, *spec) for name, spec in MESSAGES.items()},
+        "field_errors": field_errors(source, vllm),
+        "pydantic": pydantic_wording(vllm),
     }
     data["cases"] = [{"argv": argv, **outcome(vllm, data, argv)} for argv in CASES]
     return data
@@ -687,8 +865,56 @@ def bench_serve_table(source: Path, sdist_sha: str, version: str) -> dict[str, A
             "sdist_sha256": sdist_sha, "usage": "vllm bench serve [options]", "options": rows}
 
 
-def write_or_check(path: Path, data: dict[str, Any], check: bool) -> bool:
-    text = json.dumps(data, indent=1, sort_keys=False) + "\n"
+# --- the diagnosis's copy: vLLM's texts as a module_utils file -----------------------------------
+# plugins/module_utils/vllm_diagnosis.py recognises vLLM's failures by these texts. It runs on the
+# controller and inside modules (AnsiballZ ships imported module_utils, not data files), so the
+# texts it needs are written as a Python module.
+MESSAGES_MODULE = HERE.parents[2] / "plugins" / "module_utils" / "vllm_messages.py"
+MODULE_HEADER = '''# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+# GENERATED by tests/testbed/vllm-standin/generate.py from the vLLM sdist on PyPI: do not edit.
+"""vLLM {version}'s failure texts, for vllm_diagnosis.py.
+
+MESSAGES: name -> (file in the vLLM source, line, template). The template is vLLM's message
+with each interpolated value as a {{field}}; generate.py checks its literal parts against the
+f-string at that line. FIELD_ERRORS: "Class.field" -> (file, line, {{pydantic error type:
+message}}), what pydantic says when vLLM's config class refuses the field's value (produced by
+running the class from the sdist).
+"""
+
+from __future__ import annotations
+
+VLLM_VERSION = "{version}"
+SDIST_SHA256 = "{sha}"
+'''
+
+
+def _literal(text: str, indent: str) -> str:
+    """A string literal, split into lines of at most ~100 characters (implicit concatenation)."""
+    chunks = re.findall(r".{1,80}(?: |$)|.{1,80}", text) or [""]
+    if len(chunks) == 1:
+        return json.dumps(text)
+    return "(\n" + "".join(f"{indent}    {json.dumps(c)}\n" for c in chunks) + f"{indent})"
+
+
+def messages_module(data: dict[str, Any]) -> str:
+    out = [MODULE_HEADER.format(version=data["vllm_version"], sha=data["sdist_sha256"]),
+           "MESSAGES: dict[str, tuple[str, int, str]] = {"]
+    for name, spec in data["messages"].items():
+        out += [f'    "{name}": (', f'        "{spec["file"]}", {spec["line"]},',
+                f'        {_literal(spec["template"], "        ")},', "    ),"]
+    out += ["}", "", "FIELD_ERRORS: dict[str, tuple[str, int, dict[str, str]]] = {"]
+    for key, spec in data["field_errors"].items():
+        texts = [f"            {json.dumps(k)}: {json.dumps(v)}," for k, v in spec["messages"].items()]
+        out += [f'    "{key}": (', f'        "{spec["file"]}", {spec["line"]},',
+                *(["        {", *texts, "        },"] if texts else ["        {},"]), "    ),"]
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def write_or_check(path: Path, data: dict[str, Any] | str, check: bool) -> bool:
+    text = data if isinstance(data, str) else json.dumps(data, indent=1, sort_keys=False) + "\n"
     if check:
         same = path.is_file() and path.read_text(encoding="utf-8") == text
         print(f"{path}: {'up to date' if same else 'DIFFERS from the source'}")
@@ -703,6 +929,7 @@ def main() -> int:
     cli.add_argument("--sdist", type=Path, help="a downloaded vllm-X.tar.gz instead of fetching it")
     cli.add_argument("--output", type=Path, default=OUTPUT)
     cli.add_argument("--bench-output", type=Path, default=BENCH_OUTPUT)
+    cli.add_argument("--messages-output", type=Path, default=MESSAGES_MODULE)
     cli.add_argument("--bench-only", action="store_true",
                      help="only the `vllm bench serve` table (read from the source, no imports)")
     cli.add_argument("--check", action="store_true", help="fail if the committed file differs")
@@ -717,6 +944,7 @@ def main() -> int:
     ok = write_or_check(opts.bench_output, bench, opts.check)
     if data is not None:
         ok = write_or_check(opts.output, data, opts.check) and ok
+        ok = write_or_check(opts.messages_output, messages_module(data), opts.check) and ok
         print(f"{opts.output}: {len(data['options'])} options, {len(data['cases'])} cases from vLLM {version}")
     print(f"{opts.bench_output}: {len(bench['options'])} `vllm bench serve` options from vLLM {version}")
     return 0 if ok else 1

@@ -17,6 +17,7 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis 
     diagnose,
     summarize,
 )
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_messages import MESSAGES
 
 OOM = "\n".join([
     '(EngineCore_DP0 pid=312) INFO 11-29 10:02:11 [gpu_model_runner.py:2653] Model loading took 34.86 GiB'
@@ -204,6 +205,90 @@ QUANTIZATION = "\n".join([
     "sors', 'bitsandbytes', 'mxfp4', 'mxfp8']. [type=value_error]",
 ]) + "\n"
 
+# --- vLLM 0.19.1's texts for the failures below, each checked against the release's source by
+# tests/testbed/vllm-standin/generate.py (quoted in plugins/module_utils/vllm_messages.py).
+
+# vllm/reasoning/abs_reasoning_parsers.py:204 (ReasoningParserManager.get_reasoning_parser), in the
+# engine after the KV cache is set up (vllm/v1/structured_output/__init__.py:88). The traceback
+# shows the raising line before the exception's own.
+REASONING_NOT_FOUND = "\n".join([
+    '(EngineCore_DP0 pid=212) ERROR 12-01 10:15:40 [core.py:1092] EngineCore failed to start.',
+    '(EngineCore_DP0 pid=212) ERROR 12-01 10:15:40 [core.py:1092]   File "/usr/local/lib/python3.12/dist-p'
+    'ackages/vllm/reasoning/abs_reasoning_parsers.py", line 203, in get_reasoning_parser',
+    '(EngineCore_DP0 pid=212) ERROR 12-01 10:15:40 [core.py:1092]     raise KeyError(',
+    '(EngineCore_DP0 pid=212) ERROR 12-01 10:15:40 [core.py:1092] KeyError: "Reasoning parser \'qwen3.5\' not'
+    ' found. Available parsers: deepseek_r1, deepseek_v3, ernie45, gemma4, glm45, granite, holo2, hunyuan_'
+    'a13b, kimi_k2, minimax_m2, minimax_m2_append_think, mistral, nemotron_v3, olmo3, openai_gptoss, qwen3'
+    ', seed_oss, step3, step3p5"',
+    '(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core'
+    ' proc(s): {}',
+]) + "\n"
+
+# vllm/parser/parser_manager.py:237 (ParserManager.get_reasoning_parser, the API server's lookup),
+# raised from the KeyError above.
+REASONING_NOT_REGISTERED = "\n".join([
+    '(APIServer pid=1)   File "/usr/local/lib/python3.12/dist-packages/vllm/parser/parser_manager.py", l'
+    'ine 237, in get_reasoning_parser',
+    '(APIServer pid=1)     raise TypeError(f"{reasoning_parser_name=} has not been registered") from e',
+    "(APIServer pid=1) TypeError: reasoning_parser_name='qwen3.5' has not been registered",
+]) + "\n"
+
+# pydantic's texts for CacheConfig.gpu_memory_utilization, Field(gt=0, le=1) at vllm/config/cache.py:41,
+# produced by running CacheConfig from the sdist; each line prefixed as the API server prints it.
+UTILIZATION_ZERO = "\n".join([
+    '(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for CacheConfig',
+    '(APIServer pid=1) gpu_memory_utilization',
+    '(APIServer pid=1)   Input should be greater than 0 [type=greater_than, input_value=0.0, input_type=f'
+    'loat]',
+    '(APIServer pid=1)     For further information visit https://errors.pydantic.dev/2.12/v/greater_than',
+]) + "\n"
+UTILIZATION_PERCENT = "\n".join([
+    '(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for CacheConfig',
+    '(APIServer pid=1) gpu_memory_utilization',
+    '(APIServer pid=1)   Input should be less than or equal to 1 [type=less_than_equal, input_value=75.0,'
+    ' input_type=float]',
+    '(APIServer pid=1)     For further information visit https://errors.pydantic.dev/2.12/v/less_than_equ'
+    'al',
+]) + "\n"
+
+# vllm/model_executor/model_loader/__init__.py:124 (get_model_loader), in the engine before any weight.
+LOAD_FORMAT = "\n".join([
+    '(EngineCore_DP0 pid=212) ERROR 12-01 10:12:03 [core.py:1092]     raise ValueError(f"Load format `{lo'
+    'ad_format}` is not supported")',
+    '(EngineCore_DP0 pid=212) ERROR 12-01 10:12:03 [core.py:1092] ValueError: Load format `tensorstore` is'
+    ' not supported',
+]) + "\n"
+
+# vllm/v1/attention/backends/registry.py:29 (_AttentionBackendEnumMeta.__getitem__), from
+# EngineArgs.create_engine_config in the API server; the name is upper-cased first.
+ATTENTION_BACKEND = "\n".join([
+    "(APIServer pid=1) ValueError: Unknown attention backend: 'FLASHATTENTION'. Valid options are: FLASH_A"
+    "TTN, FLASH_ATTN_DIFFKV, TRITON_ATTN, ROCM_ATTN, ROCM_AITER_MLA, ROCM_AITER_TRITON_MLA, ROCM_AITER_FA, "
+    "ROCM_AITER_MLA_SPARSE, XPU_MLA_SPARSE, TORCH_SDPA, FLASHINFER, FLASHINFER_MLA, FLASHINFER_MLA_SPARSE, "
+    "TRITON_MLA, CUTLASS_MLA, FLASHMLA, FLASHMLA_SPARSE, FLASH_ATTN_MLA, NO_ATTENTION, FLEX_ATTENTION, TREE"
+    "_ATTN, ROCM_AITER_UNIFIED_ATTN, CPU_ATTN, CUSTOM",
+]) + "\n"
+# vllm/engine/arg_utils.py:1886: --attention-backend and --attention-config's backend together.
+ATTENTION_BACKEND_TWICE = "\n".join([
+    "(APIServer pid=1) ValueError: attention_backend and attention_config.backend are mutually exclusive",
+]) + "\n"
+
+# vllm/utils/argparse_utils.py:228 (FlexibleArgumentParser.parse_args), before logging starts.
+MODEL_NOT_FIRST = "\n".join([
+    'Traceback (most recent call last):',
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/utils/argparse_utils.py", line 227, in parse_args',
+    "ValueError: `model` should be provided as the first positional argument when using `vllm serve`. i.e."
+    " `vllm serve <model> --<arg> <value>`.",
+]) + "\n"
+
+# vllm/entrypoints/openai/cli_args.py:366 (validate_parsed_serve_args).
+LOG_OUTPUTS = "\n".join([
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/cli_args.py", line 366, in val'
+    'idate_parsed_serve_args',
+    '    raise TypeError("Error: --enable-log-outputs requires --enable-log-requests")',
+    "TypeError: Error: --enable-log-outputs requires --enable-log-requests",
+]) + "\n"
+
 HEALTHY = "\n".join([
     '(APIServer pid=1) INFO 11-29 10:06:40 [api_server.py:1826] Starting vLLM API server 0 on http://0.0.'
     '0.0:8000',
@@ -243,6 +328,15 @@ HEALTHY = "\n".join([
     (AUTO_TOOL, "auto-tool-choice-without-parser", "vllm_tool_call_parser"),
     (AUTO_TOOL_REQUEST, "auto-tool-choice-without-parser", "vllm_enable_auto_tool_choice"),
     (QUANTIZATION, "unknown-quantization", "vllm_quantization"),
+    (REASONING_NOT_FOUND, "invalid-reasoning-parser", "vllm_reasoning_parser"),
+    (REASONING_NOT_REGISTERED, "invalid-reasoning-parser", "vllm_reasoning_parser"),
+    (UTILIZATION_ZERO, "gpu-memory-utilization-out-of-range", "vllm_gpu_memory_utilization"),
+    (UTILIZATION_PERCENT, "gpu-memory-utilization-out-of-range", "vllm_gpu_memory_utilization"),
+    (LOAD_FORMAT, "unknown-load-format", "vllm_extra_args"),
+    (ATTENTION_BACKEND, "unknown-attention-backend", "vllm_extra_args"),
+    (ATTENTION_BACKEND_TWICE, "unknown-attention-backend", "vllm_extra_args"),
+    (MODEL_NOT_FIRST, "model-not-first", "vllm_model_path"),
+    (LOG_OUTPUTS, "log-outputs-without-log-requests", "vllm_extra_args"),
 ])
 def test_each_known_failure_is_diagnosed_first_and_names_its_variable(log: str, key: str, variable: str):
     found = diagnose(log)
@@ -259,7 +353,8 @@ def test_every_known_failure_has_a_test_excerpt():
               "kv-cache-too-small", "shm", "port-in-use", "model-files-missing", "invalid-arguments",
               "free-memory-at-startup", "memory-profiling", "no-kv-cache-memory", "max-model-len-above-model",
               "invalid-tool-call-parser", "invalid-reasoning-parser", "auto-tool-choice-without-parser",
-              "unknown-quantization"}
+              "unknown-quantization", "gpu-memory-utilization-out-of-range", "unknown-load-format",
+              "unknown-attention-backend", "model-not-first", "log-outputs-without-log-requests"}
     assert {f.key for f in KNOWN_FAILURES} == tested
 
 
@@ -297,7 +392,9 @@ def test_summary_without_match_says_so():
 
 
 @pytest.mark.parametrize("log", [FREE_MEMORY, PROFILING, NO_KV_MEMORY, MODEL_LEN, SIGBUS, UNKNOWN_FLAG, TOOL_PARSER,
-                                 REASONING_PARSER, AUTO_TOOL, QUANTIZATION])
+                                 REASONING_PARSER, AUTO_TOOL, QUANTIZATION, REASONING_NOT_FOUND,
+                                 REASONING_NOT_REGISTERED, UTILIZATION_ZERO, UTILIZATION_PERCENT, LOAD_FORMAT,
+                                 ATTENTION_BACKEND, ATTENTION_BACKEND_TWICE, MODEL_NOT_FIRST, LOG_OUTPUTS])
 def test_each_real_message_gets_exactly_one_diagnosis(log: str):
     # One cause, one advice: a real message must not also trip a neighbouring pattern.
     assert len(diagnose(log)) == 1, [f["key"] for f in diagnose(log)]
@@ -342,3 +439,41 @@ def test_no_advice_names_a_variable_the_role_does_not_have():
     for failure in KNOWN_FAILURES:
         named = set(failure.variables) | set(re.findall(r"\bvllm_[a-z_]+", failure.advice))
         assert named <= options, (failure.key, named - options)
+
+
+@pytest.mark.parametrize(("log", "evidence"), [
+    (REASONING_NOT_FOUND, "KeyError: \"Reasoning parser 'qwen3.5' not found."),
+    (REASONING_NOT_REGISTERED, "TypeError: reasoning_parser_name='qwen3.5' has not been registered"),
+    (UTILIZATION_ZERO, "Input should be greater than 0 [type=greater_than, input_value=0.0"),
+    (UTILIZATION_PERCENT, "Input should be less than or equal to 1 [type=less_than_equal, input_value=75.0"),
+    (LOAD_FORMAT, "ValueError: Load format `tensorstore` is not supported"),
+    (LOG_OUTPUTS, "TypeError: Error: --enable-log-outputs requires --enable-log-requests"),
+])
+def test_evidence_is_the_exception_line_not_the_source_line_above_it(log: str, evidence: str):
+    # A traceback prints the raising source line (often with the message's words) before the
+    # exception; the line that shows the value is the one to show.
+    assert evidence in diagnose(log)[0]["evidence"]
+
+
+def test_another_cache_config_field_is_not_the_utilization_diagnosis():
+    # The field's name line must come before the message: a refused block_size is something else.
+    other = UTILIZATION_ZERO.replace("gpu_memory_utilization", "block_size")
+    assert [f["key"] for f in diagnose(other)] == []
+
+
+def test_patterns_made_from_vllms_texts_match_their_templates():
+    """Each message the diagnosis builds from vllm_messages.py, formatted with sample values, is found."""
+    samples = {
+        "reasoning-parser-not-found": "invalid-reasoning-parser",
+        "reasoning-parser-not-registered": "invalid-reasoning-parser",
+        "unknown-attention-backend": "unknown-attention-backend",
+        "attention-backend-twice": "unknown-attention-backend",
+        "unknown-load-format": "unknown-load-format",
+        "model-not-first": "model-not-first",
+        "log-outputs-without-log-requests": "log-outputs-without-log-requests",
+    }
+    for name, key in samples.items():
+        file, line, template = MESSAGES[name]
+        assert file.startswith("vllm/") and line > 0, name
+        fields = {f: "x_1" for f in re.findall(r"(?<!\{)\{(\w+)\}(?!\})", template)}
+        assert diagnose(f"ValueError: {template.format(**fields)}")[0]["key"] == key, name
