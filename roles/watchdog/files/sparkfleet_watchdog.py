@@ -31,6 +31,7 @@ import ctypes
 import dataclasses
 import http.client
 import json
+import math
 import os
 import re
 import resource
@@ -55,8 +56,9 @@ NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 SETTINGS: dict[str, tuple[float, float, float]] = {
     "poll_fast_s": (0.05, 0.005, 0.1),
     "poll_slow_s": (1.0, 0.005, 1.0),
-    "fill_rate_pct_per_s": (10.0, 0.1, 100.0),
+    "fill_rate_pct_per_s": (16.0, 0.1, 100.0),
     "samples_to_act": (3, 1, 100),
+    "confirm_interval_s": (0.02, 0.001, 0.1),
     "hysteresis_pct": (1.0, 0.0, 20.0),
     "inspect_interval_s": (2.0, 0.1, 60.0),
     "docker_timeout_s": (5.0, 0.1, 120.0),
@@ -81,6 +83,14 @@ MIN_THRESHOLD_PCT = 50.0
 THRESHOLD_KEYS = ("startup_threshold", "steady_threshold", "ceiling")
 # While meminfo cannot be read the watchdog is blind: it says so again this often.
 BLIND_REMINDER_S = 60.0
+# The measured rate of change of used% is an exponentially weighted average over time: a
+# sample dt seconds after the previous one weighs 1 - exp(-dt / RATE_TAU_S), so a 1 s poll
+# that sees a ramp sets the rate almost alone and 20 ms confirmation re-reads barely move it.
+RATE_TAU_S = 0.25
+# At the measured rate, sleep this fraction of the time memory needs to reach the threshold:
+# the average lags a ramp that has just started or is speeding up, so sample at least twice
+# before the predicted crossing.
+RATE_LEAD = 0.5
 
 
 class ConfigError(Exception):
@@ -109,8 +119,9 @@ class Config:
     textfile: str = ""
     poll_fast_s: float = 0.05
     poll_slow_s: float = 1.0
-    fill_rate_pct_per_s: float = 10.0
+    fill_rate_pct_per_s: float = 16.0
     samples_to_act: int = 3
+    confirm_interval_s: float = 0.02
     hysteresis_pct: float = 1.0
     inspect_interval_s: float = 2.0
     docker_timeout_s: float = 5.0
@@ -191,6 +202,11 @@ def parse_config(raw: Any) -> Config:
         raise ConfigError(
             f"poll_fast_s {values['poll_fast_s']:g} is above poll_slow_s {values['poll_slow_s']:g}; "
             "expected the fast (near-threshold) interval to be the shorter one"
+        )
+    if values["confirm_interval_s"] > values["poll_fast_s"]:
+        raise ConfigError(
+            f"confirm_interval_s {values['confirm_interval_s']:g} is above poll_fast_s {values['poll_fast_s']:g}; "
+            "expected the re-reads that confirm a crossing to come no later than the next fast poll"
         )
     for key in ("proc_root", "docker_socket", "textfile"):
         value = raw.get(key, getattr(Config, key))
@@ -429,6 +445,7 @@ class Watched:
     inspected_at: float = float("-inf")
     phase: str = ""
     over_count: int = 0
+    confirming: bool = False  # the last sample was over the threshold, more are needed to act
     trigger_threshold: float = 0.0
     action_started: float = 0.0
     pending: PendingRequest | None = None
@@ -450,6 +467,8 @@ class Watchdog:
         self.out = out or sys.stdout
         self.watched = [Watched(c) for c in config.containers]
         self.sample: MemSample | None = None
+        self.rate_pct_s = 0.0  # measured rate of change of used%, percentage points per second
+        self.rate_from: tuple[float, float] | None = None  # (monotonic time, used%) of the last sample
         self.docker_ok: bool | None = None
         self.blind_since: float | None = None  # monotonic time meminfo became unreadable
         self.blind_reminded = 0.0
@@ -544,6 +563,7 @@ class Watchdog:
             self.blind(now, exc)
             return self.cfg.poll_slow_s
         self.sample = sample
+        self.track_rate(now, sample.used_pct)
         if self.blind_since is not None:
             self.log("meminfo_ok", blind_s=round(now - self.blind_since, 1))
             self.blind_since = None
@@ -574,7 +594,18 @@ class Watchdog:
                      action=f"nothing is stopped until meminfo reads again; retrying every {self.cfg.poll_slow_s:g} s")
         self.write_textfile(now)
 
+    def track_rate(self, now: float, used: float) -> None:
+        """Updates the measured rate of change of used% (time-weighted moving average)."""
+        if self.rate_from is not None:
+            then, before = self.rate_from
+            dt = now - then
+            if dt > 0:
+                weight = 1.0 - math.exp(-dt / RATE_TAU_S)
+                self.rate_pct_s += weight * ((used - before) / dt - self.rate_pct_s)
+        self.rate_from = (now, used)
+
     def evaluate(self, w: Watched, sample: MemSample, now: float) -> None:
+        w.confirming = False
         if w.state == COOLDOWN:
             if now >= w.cooldown_until:
                 self.log("cooldown_over", container=w.cfg.name)
@@ -596,9 +627,12 @@ class Watchdog:
         elif used >= limit:
             w.over_count += 1
             if w.over_count == 1:
-                self.log("over_threshold", level=4, container=w.cfg.name, phase=phase, threshold=limit)
+                self.log("over_threshold", level=4, container=w.cfg.name, phase=phase, threshold=limit,
+                         rate_pct_per_s=round(self.rate_pct_s, 2))
             if w.over_count >= self.cfg.samples_to_act:
                 self.act(w, now, "threshold")
+            else:
+                w.confirming = True
         elif used < limit - self.cfg.hysteresis_pct and w.over_count:
             self.log("below_threshold", container=w.cfg.name, phase=phase, threshold=limit, samples=w.over_count)
             w.over_count = 0
@@ -648,7 +682,8 @@ class Watchdog:
     def state_stopping(self, w: Watched, phase: str, limit: float, trigger: str, decided: float) -> None:
         took_ms = round((self.clock.monotonic() - decided) * 1000, 1)
         self.log("stop", level=4, container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger,
-                 stop_timeout_s=self.cfg.stop_timeout_s, result="requested", took_ms=took_ms)
+                 rate_pct_per_s=round(self.rate_pct_s, 2), stop_timeout_s=self.cfg.stop_timeout_s,
+                 result="requested", took_ms=took_ms)
         w.state = STOPPING
 
     def progress(self, w: Watched, sample: MemSample, now: float) -> None:
@@ -714,20 +749,26 @@ class Watchdog:
         self._set_state(w, COOLDOWN, cooldown_s=self.cfg.cooldown_s)
 
     def next_interval(self, sample: MemSample) -> float:
-        """Fast near a threshold, slow far from it: the headroom divided by the fastest
-        plausible fill rate, clamped to [poll_fast_s, poll_slow_s]."""
+        """How long to sleep. Over a threshold and short of samples_to_act: confirm_interval_s,
+        not a whole poll period. Otherwise the time memory needs to reach the nearest
+        threshold, clamped to [poll_fast_s, poll_slow_s], whichever is shorter of: at the
+        fastest plausible fill rate (like earlyoom's sleep_time_ms: headroom / fill rate,
+        rfjakob/earlyoom v1.9.0 main.c), which bounds what can happen unseen between two
+        samples; and RATE_LEAD of it at the measured rate, which follows a ramp faster
+        than that once a sample has seen it."""
+        if any(w.confirming for w in self.watched):
+            return self.cfg.confirm_interval_s
         fast, slow = self.cfg.poll_fast_s, self.cfg.poll_slow_s
-        headroom = None
-        for w in self.watched:
-            if w.state == STOPPING:
-                return fast
-            if w.state == ARMED:
-                limit = self.threshold(w)[1]
-                room = limit - sample.used_pct
-                headroom = room if headroom is None else min(headroom, room)
-        if headroom is None:
+        if any(w.state == STOPPING for w in self.watched):
+            return fast
+        armed = [self.threshold(w)[1] for w in self.watched if w.state == ARMED]
+        if not armed:
             return slow
-        return min(slow, max(fast, headroom / self.cfg.fill_rate_pct_per_s))
+        headroom = min(armed) - sample.used_pct
+        ahead = headroom / self.cfg.fill_rate_pct_per_s
+        if self.rate_pct_s > 0:
+            ahead = min(ahead, RATE_LEAD * headroom / self.rate_pct_s)
+        return min(slow, max(fast, ahead))
 
     # -- metrics
 

@@ -48,11 +48,13 @@ class Harness:
         self.config = wd.parse_config(raw)
         self.dog = wd.Watchdog(self.config, clock=self.clock, out=self.out)
         self.sent = 0
+        self.sent_at: list[tuple[str, str, float]] = []  # method, path, simulated time of sending
         real_send = self.dog.docker._send
 
         def counting_send(method: str, path: str):
             conn = real_send(method, path)
             self.sent += 1
+            self.sent_at.append((method, path, self.clock.monotonic()))
             return conn
 
         self.dog.docker._send = counting_send

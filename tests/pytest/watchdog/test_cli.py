@@ -61,6 +61,8 @@ def test_check_config_accepts_the_defaults(tmp_path):
         ({"containers": [{"name": "vllm", "treshold": 90}]}, "unknown keys ['treshold']"),
         ({"poll_fast_s": 0.5}, "poll_fast_s = 0.5 is out of range"),
         ({"poll_fast_s": 0.1, "poll_slow_s": 0.05}, "poll_fast_s 0.1 is above poll_slow_s 0.05"),
+        ({"confirm_interval_s": 0.08}, "confirm_interval_s 0.08 is above poll_fast_s 0.05; expected the re-reads"),
+        ({"confirm_interval_s": 0}, "confirm_interval_s = 0 is out of range"),
         ({"samples_to_act": 2.5}, "not a whole number"),
         ({"proc_root": "proc"}, "expected an absolute path"),
         ({"dry_run": "yes"}, "expected true or false"),

@@ -54,3 +54,11 @@ def test_the_default_thresholds_pass(tmp_path):
     # Past the threshold check; a machine without systemd fails later, at the service check.
     assert "expected numbers with 50 <= steady" not in done.stdout
     assert "TASK [watchdog : Check the polling and action settings]" in done.stdout, done.stdout[-3000:]
+
+
+def test_a_confirmation_interval_longer_than_the_fast_poll_stops_the_play(tmp_path):
+    done = preflight(tmp_path, watchdog_confirm_interval_seconds=0.08)
+    assert done.returncode != 0
+    assert "TASK [watchdog : Check the polling and action settings]" in done.stdout
+    assert "watchdog_confirm_interval_seconds between 0.001 and watchdog_poll_fast_seconds (0.08)" in done.stdout, \
+        done.stdout[-3000:]

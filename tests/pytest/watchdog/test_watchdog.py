@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from conftest import wd
 
@@ -308,13 +310,101 @@ def test_docker_down_at_the_moment_of_acting_is_retried(harness):
 
 
 def test_polling_is_fast_near_the_threshold_and_slow_far_from_it(harness):
+    # Flat memory (the first sample: no rate measured yet): the headroom divided by the
+    # fastest plausible fill rate (16 %/s), clamped to [poll_fast_s, poll_slow_s].
+    expected = {50: 1.0, 80: 10 / 16, 85: 5 / 16, 89.5: 0.05, 91: 0.05}
+    for used, interval in expected.items():
+        h = harness(samples_to_act=1)  # 91 is acted on at once (then polled fast while stopping)
+        h.started(ago_s=3600)
+        assert h.step(used) == pytest.approx(interval), f"at {used}%"
+    assert h.config.poll_fast_s <= 0.1
+
+
+def test_polling_follows_the_measured_rise(harness):
+    # 50% -> 85% in one poll: 35 points per second, faster than the assumed 16. The next
+    # poll comes after half the time memory would need at that rate to reach 90%.
     h = harness()
     h.started(ago_s=3600)
     assert h.step(50) == 1.0
-    assert h.step(85) == pytest.approx(0.5)
-    assert h.step(89.7) == pytest.approx(0.05)
-    assert h.step(91) == pytest.approx(0.05)
-    assert h.config.poll_fast_s <= 0.1
+    interval = h.step(85)
+    rate = h.dog.rate_pct_s
+    assert rate == pytest.approx(35 * (1 - math.exp(-1 / wd.RATE_TAU_S)))
+    assert interval == pytest.approx(wd.RATE_LEAD * 5 / rate)
+    assert interval < 5 / 16
+    # Memory stops rising: the measured rate fades, the interval grows back to the
+    # headroom / fill rate bound.
+    for _ in range(20):
+        interval = h.step(85)
+    assert interval == pytest.approx(5 / 16, rel=0.01)
+    # Falling memory never lengthens the interval beyond that bound.
+    assert h.step(70) == pytest.approx(1.0)
+
+
+def test_confirmation_rereads_without_waiting_a_poll_period(harness):
+    h = harness()
+    h.started(ago_s=3600)
+    h.step(50)
+    assert h.step(91) == h.config.confirm_interval_s == 0.02
+    assert h.step(91) == 0.02
+    assert stops(h) == []
+    h.step(91)
+    assert stops(h) == [STOP]
+    over = h.events("over_threshold")[0]
+    stop = h.events("stop")[0]
+    assert over["rate_pct_per_s"] > 0
+    assert "rate_pct_per_s" in stop
+
+
+def test_a_single_spurious_sample_stops_nothing(harness):
+    h = harness()
+    h.started(ago_s=3600)
+    h.run_for(3, used_pct=80)
+    assert h.step(93) == 0.02  # one sample over the threshold: re-read soon...
+    h.run_for(3, used_pct=80)  # ...and it was alone
+    assert stops(h) == []
+    assert [e["event"] for e in h.events()][-2:] == ["over_threshold", "below_threshold"]
+
+
+# 5, 10 and 20 GB/s of a Spark's 128 GB, as percentage points of MemTotal per second
+# (the stricter reading: MemTotal, 121.7 GiB, is 130.7 GB, which would make them slower).
+RAMPS_GB_PER_S = [5, 10, 20]
+# Moments the ramp starts at, spread over a whole poll period at 80% (the slowest today:
+# 1 s), so that every position of the ramp against the poll loop is tried.
+PHASES_S = [i / 20 for i in range(20)]
+
+
+def ramp_latency(h, rate_pct_s: float, phase_s: float, start: float = 80.0, top: float = 95.0) -> float:
+    """Memory flat at `start`, then rising at rate_pct_s from `phase_s` after a settled poll
+    loop (3 s) up to `top`; returns the simulated seconds from the crossing of the steady
+    threshold (90%) to the stop request."""
+    h.started(ago_s=3600)
+    t0 = h.clock.monotonic() + 3.0 + phase_s
+    crossed = t0 + (90.0 - start) / rate_pct_s
+    while not stops(h):
+        now = h.clock.monotonic()
+        assert now < crossed + 10, "no stop 10 s after the crossing"
+        h.step(min(top, start + rate_pct_s * max(0.0, now - t0)))
+    sent = next(at for method, path, at in h.sent_at if path == STOP)
+    assert sent >= crossed, "stopped before memory crossed the threshold"
+    return sent - crossed
+
+
+@pytest.mark.parametrize("gb_per_s", RAMPS_GB_PER_S)
+def test_a_ramp_from_80_to_95_percent_is_stopped_within_250_ms_of_the_crossing(harness, gb_per_s):
+    rate = 100 * gb_per_s / 128
+    latencies = [ramp_latency(harness(), rate, phase) for phase in PHASES_S]
+    worst = max(latencies)
+    assert worst <= 0.25, f"{gb_per_s} GB/s: stop {worst * 1000:.0f} ms after the crossing (all: {latencies})"
+
+
+@pytest.mark.parametrize("gb_per_s", [30, 40])
+def test_a_ramp_faster_than_the_assumed_fill_rate_is_followed_once_seen(harness, gb_per_s):
+    # 23-31 %/s, above fill_rate_pct_per_s (16): from 50% the ramp is seen by a poll before
+    # it reaches 90%, and the measured rate shortens the polls from there.
+    rate = 100 * gb_per_s / 128
+    latencies = [ramp_latency(harness(), rate, phase, start=50.0) for phase in PHASES_S]
+    worst = max(latencies)
+    assert worst <= 0.25, f"{gb_per_s} GB/s: stop {worst * 1000:.0f} ms after the crossing (all: {latencies})"
 
 
 def test_prometheus_textfile(harness, tmp_path):
