@@ -19,7 +19,7 @@ from ansible_collections.sparkfleet.serving.plugins.plugin_utils.probe import SE
 ROOT = Path(__file__).resolve().parents[4]
 # The probes: the firewall's script, the docker and nvidia_runtime roles' look at the box, the status
 # playbook's questions to systemd and ufw.
-PROBES: list[str] = []
+PROBES = ["roles/firewall/files/probe.sh"]
 
 
 def run(script: str) -> str:
