@@ -19,7 +19,12 @@ from ansible_collections.sparkfleet.serving.plugins.plugin_utils.probe import SE
 ROOT = Path(__file__).resolve().parents[4]
 # The probes: the firewall's script, the docker and nvidia_runtime roles' look at the box, the status
 # playbook's questions to systemd and ufw.
-PROBES = ["roles/firewall/files/probe.sh"]
+PROBES = [
+    "roles/firewall/files/probe.sh",
+    "roles/docker/tasks/preflight.yml",
+    "roles/nvidia_runtime/tasks/preflight.yml",
+    "playbooks/status.yml",
+]
 
 
 def run(script: str) -> str:
