@@ -1,11 +1,14 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Turn the firewall role's variables into the ufw rules and DOCKER-USER lines to apply.
+"""Turn the firewall role's variables and its probe of the box into the ufw rules, the
+DOCKER-USER lines and the steps that are left to apply.
 
 Runs on the controller, in the sparkfleet.serving.firewall_plan filter (standard library
 only): either {"errors": [...]} or the plan. Nothing on the box changes before this has
-accepted the whole input, so a bad value is refused before any rule changes.
+accepted the whole input, so a bad value is refused before any rule changes. The plan's
+`apply` lists what roles/firewall/tasks/apply.yml does, each step naming its task; empty
+when the probe found everything in place (the role then skips apply.yml as one task).
 """
 
 from __future__ import annotations
@@ -15,7 +18,20 @@ import ipaddress
 import re
 from typing import Any
 
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_state import (
+    block_in_place,
+    line_in_place,
+    read_probe,
+    rule_comments,
+)
+
 MARKER = "sparkfleet.serving.firewall"
+BLOCK_NAME = f"{MARKER} DOCKER-USER"
+# ansible.builtin.lineinfile's regexp and line for IPv6 in /etc/default/ufw.
+IPV6_REGEXP, IPV6_LINE = "^IPV6=", "IPV6=yes"
+# The policies as `ufw status verbose` of an active ufw shows them: "Default: deny (incoming),
+# allow (outgoing), ...".
+POLICIES = (("incoming", "deny"), ("outgoing", "allow"))
 PROTOCOLS = ("tcp", "udp", "any")
 RULES = ("allow", "deny", "reject", "limit")
 # Interfaces whose addresses only the box itself can use as a source: Docker's bridges
@@ -132,11 +148,24 @@ def ssh_plan(data: dict[str, Any], errors: list[str]) -> tuple[list[int], list[N
     return ports, sources
 
 
-def fleet_addresses(data: dict[str, Any]) -> list[Network]:
-    """Addresses of the other fleet hosts, from their facts (ansible_host when they have none)."""
+def fleet_addresses(data: dict[str, Any], errors: list[str]) -> list[Network]:
+    """Addresses of the other fleet hosts, from their network facts (ansible_host when those show
+    none). A host the inventory does not know, or whose facts this run could not read, is refused:
+    leaving it out would delete its rules on this box."""
     found: set[Network] = set()
     for host, facts in sorted((data.get("fleet") or {}).items()):
         if host == data.get("self"):
+            continue
+        if facts.get("known") is False:
+            errors.append(f"firewall_fleet_hosts names {host!r}, which is not a host of the inventory.")
+            continue
+        if facts.get("interfaces") is None:
+            errors.append(
+                f"The fleet host {host}'s addresses are unknown: this run has no facts for it and reading them "
+                f"failed ({str(facts.get('reason') or 'no reason given').strip()}). No rule was changed (its rules "
+                f"would otherwise be removed from this box). Make {host} reachable (`ansible {host} -m ping`), or "
+                "leave it out of firewall_fleet_hosts."
+            )
             continue
         addresses: list[str] = []
         for device in facts.get("interfaces") or []:
@@ -175,8 +204,43 @@ def docker_user_lines(sources: list[Network], version: int) -> list[str]:
     return lines
 
 
+def steps(data: dict[str, Any], state: dict[str, Any], rules: list[dict[str, str]],
+          blocks: dict[str, list[str]]) -> list[dict[str, str]]:
+    """What is not yet as the role leaves it, in the order of tasks/apply.yml (each step's "task")."""
+    files, status, before = state["files"], state["status"], rule_comments(state["added"])
+    ipv6 = bool(data.get("has_ipv6"))
+    # ufw adds a rule for IPv6 too only when IPV6=yes: every rule is applied again when that line changes.
+    ipv6_changes = ipv6 and not line_in_place(files["/etc/default/ufw"], IPV6_REGEXP, IPV6_LINE)
+    todo: list[dict[str, str]] = [{"task": "ipv6", "regexp": IPV6_REGEXP, "line": IPV6_LINE}] if ipv6_changes else []
+    for wanted in rules:
+        if ipv6_changes or wanted["comment"] not in before:
+            todo.append({"task": "ssh_rule" if wanted["comment"] in ssh_comments(rules) else "rule", **wanted})
+    todo += [{"task": "default", "direction": direction, "policy": policy} for direction, policy in POLICIES
+             if not re.search(rf"^Default: (.*, )?{policy} \({direction}\)", status, re.MULTILINE)]
+    wanted_comments = {r["comment"] for r in rules}
+    todo += [{"task": "delete", "rule": line.removeprefix("ufw ")} for line in state["added"].splitlines()
+             if any(c.startswith(f"{MARKER}: ") and c not in wanted_comments for c in rule_comments(line))]
+    # The IPv6 block only where the box has IPv6.
+    wanted_blocks = {"/etc/ufw/after.rules": bool(data.get("docker_user")),
+                     "/etc/ufw/after6.rules": bool(data.get("docker_user")) and ipv6}
+    for path, lines in blocks.items():
+        block, wanted_block = "\n".join(lines), wanted_blocks[path]
+        if not block_in_place(files[path], BLOCK_NAME, block, wanted_block):
+            todo.append({"task": "block", "path": path, "marker": f"# {{mark}} {BLOCK_NAME}", "block": block,
+                         "state": "present" if wanted_block else "absent"})
+    if not re.search(r"^Status: active$", status, re.MULTILINE):
+        todo.append({"task": "enable"})
+    return todo
+
+
+def ssh_comments(rules: list[dict[str, str]]) -> list[str]:
+    return [r["comment"] for r in rules if r["comment"].startswith(f"{MARKER}: ssh ")]
+
+
 def plan(data: dict[str, Any]) -> dict[str, Any]:
     errors: list[str] = []
+    state = read_probe(data.get("probe") or {}, errors)
+    data = {**data, **{key: state[key] for key in ("ssh_connection", "sshd_output", "sshd_error")}}
     ssh_ports, ssh_sources = ssh_plan(data, errors)
     api_port = parse_port(data.get("api_port"), "firewall_api_port", errors)
     api_sources = networks(data.get("api_sources"), "firewall_api_sources", errors)
@@ -197,21 +261,27 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
         origin = item.get("from", "any")
         source = None if str(origin) == "any" else parse_network(origin, f"{what}.from", errors)
         extra.append((action, port, proto, source))
+    fleet = fleet_addresses(data, errors)
     if errors:
         return {"errors": errors}
 
     limit = "limit" if data.get("ssh_limit") else "allow"
-    fleet = fleet_addresses(data)
     rules = [rule(limit, str(p), "tcp", s, "ssh") for p in ssh_ports for s in (ssh_sources or [None])]
     rules += [rule("allow", str(api_port), "tcp", s, "api") for s in api_sources]
     fleet_services = [(str(api_port), "tcp")] + [(str(p), "tcp") for p in ssh_ports if ssh_sources] + fleet_ports
     rules += [rule("allow", p, proto, s, "fleet") for s in fleet for p, proto in fleet_services]
     rules += [rule(action, port, proto, source, "extra") for action, port, proto, source in extra]
     unique = list({r["comment"]: r for r in rules}.values())
+    blocks = {"/etc/ufw/after.rules": docker_user_lines(api_sources + fleet, 4),
+              "/etc/ufw/after6.rules": docker_user_lines(api_sources + fleet, 6)}
     return {
         "ssh_ports": ssh_ports,
         "rules": unique,
+        "ssh_comments": ssh_comments(unique),
         "fleet": [str(n) for n in fleet],
-        "docker_user_v4": docker_user_lines(api_sources + fleet, 4),
-        "docker_user_v6": docker_user_lines(api_sources + fleet, 6),
+        "docker_user_v4": blocks["/etc/ufw/after.rules"],
+        "docker_user_v6": blocks["/etc/ufw/after6.rules"],
+        "ufw_installed": state["ufw_installed"],
+        "added": state["added"],
+        "apply": steps(data, state, unique, blocks),
     }

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import testinfra
-from spark_testinfra import run_playbook
+from spark_testinfra import recap_changed, run_playbook
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 SPARK = {"lan-a": "10.231.61.10", "lan-b": "10.231.62.10", "lan-a6": "[fd00:231:61::10]", "lan-b6": "[fd00:231:62::10]"}
@@ -139,4 +139,22 @@ def test_bad_input_and_a_missing_ssh_port_are_refused_before_any_rule_changes():
     # that iptables, ip6tables and ufw's files are unchanged.
     run = run_playbook(Path(__file__).parents[1] / "refuse.yml")
     assert run.returncode == 0, run.stdout[-3000:]
-    assert re.search(r"fw-spark\s+: .*failed=0 .*rescued=4", run.stdout), run.stdout[-1500:]
+    assert re.search(r"fw-spark\s+: .*failed=0 .*rescued=5", run.stdout), run.stdout[-1500:]
+
+
+def fleet_rules(name: str) -> list[str]:
+    return [line for line in box(name).check_output("ufw show added").splitlines() if ": fleet allow " in line]
+
+
+def test_a_limit_run_on_one_box_keeps_every_boxs_fleet_rules():
+    # The README's "try it on one box": the same playbook with --limit. fw-peer is outside the
+    # play, so this run has no facts for it; its rules on fw-spark must stay, and fw-peer's own
+    # rules are not touched.
+    before = {name: fleet_rules(name) for name in ("fw-spark", "fw-peer")}
+    assert any("10.231.62.20" in rule for rule in before["fw-spark"]), before
+    run = run_playbook(Path(__file__).parents[1] / "converge.yml", limit="fw-spark")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert recap_changed(run.stdout) == 0, run.stdout[-3000:]
+    assert {name: fleet_rules(name) for name in ("fw-spark", "fw-peer")} == before
+    assert api("fw-peer") == "200"
+    assert api("fw-peer", "6") == "200"

@@ -1,0 +1,264 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The firewall role's plan (plugins/plugin_utils/firewall_plan.py): refusals, rules, and the steps
+left to apply (what roles/firewall/tasks/apply.yml loops over; empty: nothing to do).
+
+The Molecule scenario proves the rules with traffic through `docker exec`, which carries
+no SSH connection; the SSH-connection paths are checked here.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_plan import BLOCK_NAME, plan
+
+SSHD = "port 22\nport 2222\nlistenaddress 0.0.0.0:22"
+ACTIVE = ("Status: active\nLogging: on (low)\nDefault: deny (incoming), allow (outgoing), disabled (routed)\n"
+          "New profiles: skip")
+FILES = ("/etc/ufw/after.rules", "/etc/ufw/after6.rules", "/etc/default/ufw")
+RULES_FILE = "*filter\n:ufw-after-input - [0:0]\nCOMMIT\n"
+
+
+def section(output: str, rc: int = 0) -> dict[str, Any]:
+    return {"rc": rc, "output": output, "lines": output.splitlines()}
+
+
+def probe(*, sshd: str = SSHD, sshd_rc: int = 0, connection: str = "", files: dict[str, str] | None = None,
+          status: str | None = None, added: str = "", status_rc: int = 0) -> dict[str, Any]:
+    """The probe's sections as sparkfleet.serving.probe_sections returns them; status None: no ufw."""
+    sections = {"ssh_connection": section(connection), "sshd": section(sshd, sshd_rc)}
+    for path in FILES:
+        text = (files or {}).get(path)
+        sections[f"file {path}"] = section("", 1) if text is None else section(base64.b64encode(text.encode()).decode())
+    if status is None:
+        sections["ufw"] = section("sh: ufw: not found", 127)
+    else:
+        sections["ufw"] = section(status, status_rc)
+        sections["added"] = section(added)
+    return sections
+
+
+def make(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"self": "spark-01", "probe": probe(), "api_port": 8000, "api_sources": [],
+                            "docker_user": True, "has_ipv6": True}
+    data.update(overrides)
+    return plan(data)
+
+
+def comments(result: dict[str, Any]) -> list[str]:
+    return [rule["comment"] for rule in result["rules"]]
+
+
+def tasks(result: dict[str, Any]) -> list[str]:
+    return [step["task"] for step in result["apply"]]
+
+
+def test_ssh_ports_come_from_sshd_and_the_connection():
+    result = make(probe=probe(connection="192.0.2.5 50000 192.0.2.11 22"))
+    assert result["ssh_ports"] == [22, 2222]
+    assert comments(result)[:2] == result["ssh_comments"] == [
+        "sparkfleet.serving.firewall: ssh allow 22/tcp from any",
+        "sparkfleet.serving.firewall: ssh allow 2222/tcp from any",
+    ]
+
+
+def test_the_connection_port_alone_is_enough_without_sshd():
+    result = make(probe=probe(sshd="sshd: not found", sshd_rc=127, connection="192.0.2.5 50000 192.0.2.11 2022"))
+    assert result["ssh_ports"] == [2022]
+
+
+def test_no_ssh_port_at_all_is_refused_with_sshds_own_message():
+    (error,) = make(probe=probe(sshd="sshd: no hostkeys available -- exiting.", sshd_rc=1),
+                    sshd_binary="/usr/sbin/sshd")["errors"]
+    assert "ufw is NOT enabled" in error
+    assert "exit 1: sshd: no hostkeys available -- exiting." in error
+    assert "firewall_ssh_port" in error
+
+
+def test_a_configured_port_that_is_not_this_connections_is_refused():
+    (error,) = make(ssh_port=22, probe=probe(connection="192.0.2.5 50000 192.0.2.11 2022"))["errors"]
+    assert "arrives on port 2022" in error
+
+
+def test_ssh_sources_must_hold_the_controller_seen_in_the_connection():
+    connected = probe(connection="192.0.2.5 50000 192.0.2.11 22")
+    result = make(ssh_sources=["198.51.100.0/24"], probe=connected)
+    assert "does not include the controller's own address 192.0.2.5" in result["errors"][0]
+    ok = make(ssh_sources=["192.0.2.0/24"], probe=connected, ssh_limit=True)
+    assert "sparkfleet.serving.firewall: ssh limit 22/tcp from 192.0.2.0/24" in comments(ok)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"api_sources": ["10.0.0.0/33"]}, "is not a network in CIDR notation"),
+        ({"api_sources": ["10.0.0.5/24"]}, "did you mean 10.0.0.0/24?"),
+        ({"api_port": 0}, "is not a port number"),
+        ({"extra_rules": [{"port": 65536}]}, "is not a port number"),
+        ({"extra_rules": [{"port": "9000:8000"}]}, "from a lower to a higher port"),
+        ({"extra_rules": [{"port": 80, "proto": "icmp"}]}, "proto 'icmp'"),
+        ({"fleet_ports": [{"port": "x"}]}, "is not a port number"),
+        ({"probe": probe(status="ERROR: problem running iptables", status_rc=1)}, "`ufw status verbose` failed"),
+    ],
+)
+def test_bad_input_is_refused(overrides: dict[str, Any], expected: str):
+    result = make(**overrides)
+    assert "rules" not in result
+    assert "apply" not in result
+    assert any(expected in error for error in result["errors"]), result["errors"]
+
+
+def test_a_probe_cut_short_is_refused():
+    sections = probe()
+    del sections["ufw"]
+    with pytest.raises(ValueError, match=r"lacks the sections \['ufw'\]"):
+        make(probe=sections)
+
+
+PEER = {"interfaces": [{"device": "eth0", "addresses": ["192.0.2.12", "2001:db8::12"]}]}
+
+
+def test_fleet_addresses_come_from_facts_without_bridges_loopback_or_self():
+    fleet = {
+        "spark-01": {"interfaces": [{"device": "eth0", "addresses": ["192.0.2.11"]}]},
+        "spark-02": {"interfaces": [
+            *PEER["interfaces"],
+            {"device": "docker0", "addresses": ["172.17.0.1"]},
+            {"device": "lo", "addresses": ["127.0.0.1"]},
+        ]},
+        "spark-03": {"ansible_host": "192.0.2.13", "interfaces": []},
+    }
+    result = make(fleet=fleet, fleet_ports=[{"port": "29500", "proto": "tcp"}])
+    assert result["fleet"] == ["192.0.2.12/32", "192.0.2.13/32", "2001:db8::12/128"]
+    assert "sparkfleet.serving.firewall: fleet allow 29500/tcp from 192.0.2.12/32" in comments(result)
+    assert "-A DOCKER-USER -s 2001:db8::12/128 -m conntrack --ctstate DNAT -j RETURN" in result["docker_user_v6"]
+
+
+def test_a_fleet_host_whose_addresses_are_unknown_is_refused_not_dropped():
+    # A --limit run could not read spark-03's facts: leaving it out would delete its rules here.
+    fleet = {"spark-02": PEER, "spark-03": {"ansible_host": "192.0.2.13", "interfaces": None,
+                                            "reason": "Failed to connect to the host via ssh: No route to host"}}
+    (error,) = make(fleet=fleet)["errors"]
+    assert "spark-03's addresses are unknown" in error
+    assert "No route to host" in error
+    assert "`ansible spark-03 -m ping`" in error
+
+
+def test_a_fleet_host_the_inventory_does_not_know_is_refused():
+    (error,) = make(fleet={"spark-02": PEER, "spark-9": {"known": False}})["errors"]
+    assert "firewall_fleet_hosts names 'spark-9', which is not a host of the inventory" in error
+
+
+def test_docker_user_drops_dnat_from_anyone_else():
+    lines = make(api_sources=["10.1.0.0/16"])["docker_user_v4"]
+    assert lines.index("-A DOCKER-USER -s 10.1.0.0/16 -m conntrack --ctstate DNAT -j RETURN") < lines.index(
+        "-A DOCKER-USER -m conntrack --ctstate DNAT -j DROP")
+    assert lines[-1] == "-A DOCKER-USER -j RETURN"
+
+
+# The steps left to apply.
+
+INPUT = {"api_sources": ["10.1.0.0/16"], "fleet": {"spark-02": PEER}}
+
+
+def added_line(rule: dict[str, str]) -> str:
+    """A rule as `ufw show added` prints it."""
+    source = "" if rule["from"] == "any" else f"from {rule['from']} to any port {rule['port']} "
+    target = f"{rule['port']}/{rule['proto']} " if rule["from"] == "any" else f"proto {rule['proto']} "
+    return f"ufw {rule['rule']} {source}{target}comment '{rule['comment']}'".replace("  ", " ")
+
+
+def block(lines: list[str]) -> str:
+    return f"*filter\n# BEGIN {BLOCK_NAME}\n" + "\n".join(lines) + f"\n# END {BLOCK_NAME}\nCOMMIT\n"
+
+
+def converged(**changes: Any) -> dict[str, Any]:
+    """The probe of a box as the role leaves it with INPUT, with `changes` to its parts."""
+    wanted = make(**INPUT)
+    parts = {
+        "status": ACTIVE,
+        "added": "Added user rules (see 'ufw status' for running firewall):\n"
+                 + "\n".join(added_line(rule) for rule in wanted["rules"]),
+        "files": {"/etc/ufw/after.rules": block(wanted["docker_user_v4"]),
+                  "/etc/ufw/after6.rules": block(wanted["docker_user_v6"]),
+                  "/etc/default/ufw": "IPV6=no\nDEFAULT_INPUT_POLICY=\"DROP\"\nIPV6=yes\n"},
+    }
+    parts.update(changes)
+    return probe(**parts)
+
+
+def test_nothing_left_to_apply_on_a_box_as_the_role_leaves_it():
+    result = make(**INPUT, probe=converged())
+    assert result["apply"] == []
+    assert result["ufw_installed"] is True
+
+
+def test_a_box_without_ufw_gets_every_step_in_apply_order():
+    result = make(**INPUT)
+    assert result["ufw_installed"] is False
+    rules = len(result["rules"])
+    assert tasks(result) == ["ipv6", *["ssh_rule"] * 2, *["rule"] * (rules - 2), "default", "default",
+                             "block", "block", "enable"]
+    assert result["apply"][0] == {"task": "ipv6", "regexp": "^IPV6=", "line": "IPV6=yes"}
+    assert [step["state"] for step in result["apply"] if step["task"] == "block"] == ["present", "present"]
+
+
+def test_only_the_missing_rule_is_applied():
+    missing = comments(make(**INPUT))[-1]
+    state = converged()
+    added = "\n".join(line for line in state["added"]["lines"] if missing not in line)
+    result = make(**INPUT, probe=converged(added=added))
+    assert result["apply"] == [{"task": "rule", **make(**INPUT)["rules"][-1]}]
+
+
+def test_a_new_ipv6_line_applies_every_rule_again():
+    wanted = make(**INPUT)
+    files = {"/etc/ufw/after.rules": block(wanted["docker_user_v4"]),
+             "/etc/ufw/after6.rules": block(wanted["docker_user_v6"]), "/etc/default/ufw": "IPV6=yes\nIPV6=no\n"}
+    result = make(**INPUT, probe=converged(files=files))
+    assert tasks(result) == ["ipv6", "ssh_rule", "ssh_rule", *["rule"] * (len(wanted["rules"]) - 2)]
+
+
+def test_without_ipv6_neither_the_line_nor_an_ipv6_block_is_wanted():
+    wanted = make(**INPUT)
+    files = {"/etc/ufw/after.rules": block(wanted["docker_user_v4"]), "/etc/ufw/after6.rules": RULES_FILE,
+             "/etc/default/ufw": "IPV6=no\n"}
+    assert make(**INPUT, has_ipv6=False, probe=converged(files=files))["apply"] == []
+    files["/etc/ufw/after6.rules"] = block(wanted["docker_user_v6"])
+    (step,) = make(**INPUT, has_ipv6=False, probe=converged(files=files))["apply"]
+    assert (step["task"], step["path"], step["state"]) == ("block", "/etc/ufw/after6.rules", "absent")
+
+
+def test_a_stale_rule_of_the_role_is_deleted_and_a_foreign_one_kept():
+    state = converged()
+    stale = "ufw allow 7777/tcp comment 'sparkfleet.serving.firewall: extra allow 7777/tcp from any'"
+    foreign = "ufw allow 7778/tcp comment 'made by hand'"
+    added = "\n".join([*state["added"]["lines"], stale, foreign])
+    result = make(**INPUT, probe=converged(added=added))
+    assert result["apply"] == [{"task": "delete", "rule": stale.removeprefix("ufw ")}]
+
+
+def test_a_changed_block_is_written_again_and_an_unwanted_one_removed():
+    wanted = make(**INPUT)
+    files = {"/etc/ufw/after.rules": block(wanted["docker_user_v4"][:-1]),
+             "/etc/ufw/after6.rules": block(wanted["docker_user_v6"]), "/etc/default/ufw": "IPV6=yes\n"}
+    (step,) = make(**INPUT, probe=converged(files=files))["apply"]
+    assert step == {"task": "block", "path": "/etc/ufw/after.rules", "marker": f"# {{mark}} {BLOCK_NAME}",
+                    "block": "\n".join(wanted["docker_user_v4"]), "state": "present"}
+    unwanted = make(**INPUT, docker_user=False, probe=converged())
+    assert [(s["path"], s["state"]) for s in unwanted["apply"]] == [
+        ("/etc/ufw/after.rules", "absent"), ("/etc/ufw/after6.rules", "absent")]
+
+
+def test_an_inactive_ufw_with_other_policies_gets_the_policies_and_enable_only():
+    status = "Status: inactive"
+    result = make(**INPUT, probe=converged(status=status))
+    assert tasks(result) == ["default", "default", "enable"]
+    allowing = ACTIVE.replace("deny (incoming)", "allow (incoming)")
+    assert make(**INPUT, probe=converged(status=allowing))["apply"] == [
+        {"task": "default", "direction": "incoming", "policy": "deny"}]
