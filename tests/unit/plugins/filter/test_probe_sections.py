@@ -17,13 +17,14 @@ from ansible_collections.sparkfleet.serving.plugins.filter.probe import probe_se
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.probe import SECTION_FUNCTION
 
 ROOT = Path(__file__).resolve().parents[4]
-# The probes: the firewall's script, the docker and nvidia_runtime roles' look at the box, the status
-# playbook's questions to systemd and ufw.
+# The probes: the firewall's script, the docker, nvidia_runtime and vllm roles' look at the box, the
+# status playbook's questions to systemd and ufw.
 PROBES = [
     "roles/firewall/files/probe.sh",
     "roles/docker/tasks/preflight.yml",
     "roles/nvidia_runtime/tasks/preflight.yml",
     "playbooks/status.yml",
+    "roles/vllm/tasks/install.yml",
 ]
 
 
