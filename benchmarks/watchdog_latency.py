@@ -7,8 +7,8 @@ unix socket that timestamps every request, and measures:
 
 - reaction latency: from the moment the meminfo file crosses the steady threshold (90%)
   to the moment POST /containers/vllm/stop reaches the Docker API, p50/p95 over N trials,
-  (a) "ramp": memory grows at a realistic rate (6 GB/s of a GB10's 121.7 GiB, the field
-  report's figure), written every 5 ms, as it does when vLLM overshoots;
+  (a) "ramp": memory grows at a realistic rate (6 GB/s of a GB10's 121.7 GiB),
+  written every 5 ms, as it does when vLLM overshoots;
   (b) "step": memory jumps from 80% to 95% between two reads (worst case, not physical:
   bounded by the slow poll interval the headroom allows);
 - idle cost over a period: CPU (percent of one core, utime+stime of the process) and

@@ -20,9 +20,10 @@ description:
     when max_num_batched_tokens is below vLLM's aligned block size, missing or too small
     shm_size, gpu_memory_utilization above O(max_utilization) on unified memory,
     max_model_len above the KV-cache capacity or the model's maximum."
-  - "Warnings: enforce_eager off on unified memory, NVFP4 checkpoints on GB10 (vLLM issue
-    35519), gpu_memory_utilization above O(warn_utilization) on unified memory, shm_size
-    below the recommended 16g, no served_model_name, unknown weights size."
+  - "Warnings: enforce_eager off on unified memory, NVFP4 checkpoints on GB10
+    (U(https://github.com/vllm-project/vllm/issues/35519)), gpu_memory_utilization above
+    O(warn_utilization) on unified memory, shm_size below the recommended 16g, no
+    served_model_name, unknown weights size."
   - The KV-cache capacity of Qwen3.5-35B-A3B-FP8 on a 128 GB Spark comes from measurements
     with vLLM 0.19 on such a box (0.75 -> ~41K tokens, vLLM's own start-up figure; 0.80 -> ~45K,
     0.85 -> ~50K, 0.90 -> ~54K; interpolated between). For other models it is estimated from
