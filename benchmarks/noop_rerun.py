@@ -16,11 +16,13 @@ Every re-run must report changed=0 on every box, or the figure is marked as not 
 The containers and the network are removed at the end (--keep leaves them up).
 
     python3 benchmarks/noop_rerun.py [--runs 3] [--connections ssh,docker] [--boxes 1,3]
-        [--strategies sparkfleet.serving.mitogen_linear,linear] [--profile] [--json FILE] [--keep]
+        [--strategies linear,mitogen_linear] [--profile] [--json FILE] [--keep]
 
-Each re-run is measured with each strategy: the opt-in sparkfleet.serving.mitogen_linear
-(Mitogen when the mitogen package is installed, which the script reports) and Ansible's linear,
-ansible.cfg's default.
+Each re-run is measured with each strategy of --strategies: Ansible's linear (ansible.cfg's
+default) and, side by side with it, mitogen_linear, Mitogen's own strategy (`pip install
+mitogen`; the script points ANSIBLE_STRATEGY_PLUGINS at the installed package's
+ansible_mitogen/plugins/strategy, as https://mitogen.networkgenomics.com/ansible_detailed.html
+tells users to).
 
 --profile enables the profile_tasks callback and keeps every run's output under
 benchmarks/output/ (the slowest tasks are at the end of each log).
@@ -221,13 +223,27 @@ def prepare_boxes(runner: Runner, names: list[str], work: Path, key: Path) -> No
     runner.playbook(docker_all, "molecule/resources/prepare-vllm.yml", "prepare", molecule_env)
 
 
+def strategy_env(strategy: str) -> dict[str, str]:
+    """The environment that selects a strategy; Mitogen's come from the installed package."""
+    env = {"ANSIBLE_STRATEGY": strategy}
+    if strategy.startswith("mitogen_"):
+        found = subprocess.run([sys.executable, "-c", "import ansible_mitogen, os; print(os.path.dirname("
+                                "ansible_mitogen.__file__))"], capture_output=True, text=True, check=False)
+        if found.returncode != 0:
+            raise SystemExit(f"--strategies {strategy}: the mitogen package is not installed for {sys.executable}; "
+                             "pip install mitogen, or leave it out")
+        env["ANSIBLE_STRATEGY_PLUGINS"] = str(Path(found.stdout.strip()) / "plugins" / "strategy")
+        log(f"{strategy}: Mitogen's strategy from {env['ANSIBLE_STRATEGY_PLUGINS']}")
+    return env
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--runs", type=int, default=3, help="re-runs per case (the median is reported)")
     parser.add_argument("--connections", default="ssh,docker")
     parser.add_argument("--boxes", default="1,3")
-    parser.add_argument("--strategies", default="sparkfleet.serving.mitogen_linear,linear",
-                        help="the opt-in Mitogen one (when installed) and ansible.cfg's linear")
+    parser.add_argument("--strategies", default="linear",
+                        help="comma-separated: linear (ansible.cfg's) and/or mitogen_linear (Mitogen's own)")
     parser.add_argument("--profile", action="store_true", help="profile_tasks, logs in benchmarks/output/")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="leave the boxes up")
@@ -245,8 +261,7 @@ def main() -> int:
     key = work / "id_ed25519"
     runner = Runner(args.tree.resolve(), args.profile, out_dir)
     run(["make", "-s", "link"], cwd=runner.tree)
-    mitogen = subprocess.run([sys.executable, "-c", "import ansible_mitogen"], capture_output=True, check=False)
-    log("mitogen: " + ("installed" if mitogen.returncode == 0 else "NOT installed: mitogen_linear is linear"))
+    strategies = {strategy: strategy_env(strategy) for strategy in args.strategies.split(",")}
 
     results: list[dict[str, Any]] = []
     try:
@@ -267,10 +282,9 @@ def main() -> int:
                             "controller_cpu_s": round(cpu, 1), "boxes_cpu_s": None})
             log(f"converge of {count} box(es): {elapsed:.1f} s")
             for connection in connections:
-                for strategy in args.strategies.split(","):
-                    results.append(runner.measure(f"noop-{count}-{connection}-{strategy.rsplit('.', 1)[-1]}",
-                                                  inventories[connection], boxes, args.runs,
-                                                  {"ANSIBLE_STRATEGY": strategy}))
+                for strategy, env in strategies.items():
+                    results.append(runner.measure(f"noop-{count}-{connection}-{strategy}",
+                                                  inventories[connection], boxes, args.runs, env))
     finally:
         if not args.keep:
             remove_boxes(names)

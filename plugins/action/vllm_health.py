@@ -16,7 +16,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import summarize
-from ansible_collections.sparkfleet.serving.plugins.module_utils.waiting import sliced_wait, wait_slices
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.waiting import sliced_wait, wait_slices
 
 display = Display()
 MODULE = "sparkfleet.serving.vllm_health"

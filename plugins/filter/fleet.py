@@ -15,7 +15,7 @@ TABLES = ("status", "benchmark")
 
 def fleet_status_row(raw: object) -> dict:
     """One box's raw answers (a dict) -> its status row."""
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import status_row
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import status_row
 
     if not isinstance(raw, dict):
         raise AnsibleFilterError(f"fleet_status_row expects a dict of a box's answers, got {type(raw).__name__}")
@@ -24,7 +24,7 @@ def fleet_status_row(raw: object) -> dict:
 
 def fleet_table(rows: object, kind: str = "status") -> str:
     """Rows -> a text table; kind is status or benchmark."""
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import (
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import (
         BENCHMARK_COLUMNS,
         STATUS_COLUMNS,
         render_table,
@@ -41,7 +41,7 @@ def fleet_table(rows: object, kind: str = "status") -> str:
 
 def fleet_benchmark_row(result: object, host: str, error: str = "") -> dict:
     """`vllm bench serve` result JSON (text or dict) of one box -> its row."""
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import benchmark_row
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import benchmark_row
 
     if not isinstance(result, (str, dict)) and result is not None:
         raise AnsibleFilterError(f"fleet_benchmark_row expects the result JSON as text or a dict, got "
@@ -51,7 +51,7 @@ def fleet_benchmark_row(result: object, host: str, error: str = "") -> dict:
 
 def fleet_benchmark_summary(results: object) -> dict:
     """{host: result JSON} -> the fleet's row (throughput summed, percentiles over all requests)."""
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import benchmark_fleet
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import benchmark_fleet
 
     if not isinstance(results, dict):
         raise AnsibleFilterError(f"fleet_benchmark_summary expects a dict of host -> result, got "

@@ -15,7 +15,7 @@ from ansible.errors import AnsibleFilterError
 
 def rollout_summary(outcomes: object, hosts: object = None) -> dict:
     """{host: outcome} (and the hosts in their order) -> the summary."""
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.rollout import summarize
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.rollout import summarize
 
     if not isinstance(outcomes, Mapping) or not all(isinstance(o, Mapping) for o in outcomes.values()):
         raise AnsibleFilterError("rollout_summary expects a dict of each host's outcome (a dict), "

@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 
 def vllm_serve_args(settings: dict) -> list[str]:
     """Settings dict -> the arguments after `vllm serve`."""
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import build_serve_args
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_args import build_serve_args
 
     if not isinstance(settings, dict):
         raise AnsibleFilterError(f"vllm_serve_args expects a dict of settings, got {type(settings).__name__}")

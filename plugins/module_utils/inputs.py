@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts import parse_meminfo
@@ -235,38 +234,3 @@ def load_config_json(path: str) -> dict | None:
     if problems:
         raise InputError(f"{path} cannot be read as a model configuration: " + "; ".join(problems))
     return config
-
-
-# --- vLLM's own forms -------------------------------------------------------------
-# vLLM 0.19.1 reads --max-model-len with human_readable_int_or_auto (vllm/engine/arg_utils.py):
-# a whole number, -1 or "auto" (fit the context to the KV cache), or a number with a
-# decimal (k m g t: 10^3...) or binary (K M G T: 2^10..., whole numbers only) suffix.
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-AUTO_LENGTH = -1
-
-
-_LENGTH = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<suffix>[kKmMgGtT])")
-
-
-def vllm_length(value: Any, option: str) -> int | None:  # noqa: PLR0911 - one return per vLLM form
-    """A vLLM token count as vLLM parses it: int, "16k", "16K", "-1" or "auto" (-1); None when unset."""
-    expected = "a whole number of tokens, a vLLM form such as 16k (16000) or 16K (16384), or -1 / auto"
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    text = value.strip() if isinstance(value, str) else ""
-    if text == "-1" or text.lower() == "auto":
-        return AUTO_LENGTH
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
-    match = _LENGTH.fullmatch(text)
-    if not match or (match.group("suffix") in _BINARY and "." in match.group("number")):
-        raise InputError(f"{option}: found {describe(value)}, expected {expected}")
-    number, suffix = match.group("number"), match.group("suffix")
-    if suffix in _DECIMAL:
-        return int(float(number) * _DECIMAL[suffix])
-    return int(number) * _BINARY[suffix]

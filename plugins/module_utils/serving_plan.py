@@ -15,77 +15,28 @@ from __future__ import annotations
 import math
 import re
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.resources import (
-    MIN_FREE_AFTER_WEIGHTS_BYTES,
-    memory_shortfall,
+from ansible_collections.sparkfleet.serving.plugins.module_utils.kv_capacity import (
+    capacity,
+    utilization_for,
+    weights_size,
 )
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import tri_state
+from ansible_collections.sparkfleet.serving.plugins.module_utils.model_architecture import (
+    GIB,
+    KNOWN_MODELS,
+    aligned_block_size,
+    is_hybrid,
+    model_key,
+    precision_of,
+    text_config,
+)
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import tri_state
 
-GIB = 1024**3
-
-# Measured on a 128 GB DGX Spark (MemTotal ~121.7 GiB), vLLM 0.19, enforce-eager,
-# Qwen3.5-35B-A3B-FP8, KV cache dtype auto: utilisation -> KV tokens. 0.75 is vLLM's own
-# start-up figure ("GPU KV cache size", 2567 blocks x 16 tokens); 0.80-0.90 are rounded
-# figures of the same deployment.
-FIELD_KV_TOKENS = ((0.75, 41_072), (0.80, 45_000), (0.85, 50_000), (0.90, 54_000))
-# The measured figures hold for a box of this size only.
-FIELD_MEM_TOTAL_RANGE = (115 * GIB, 128 * GIB)
-
-# Architecture of Qwen3.5-35B-A3B (text part of its config.json): 40 layers, every 4th one
-# full attention, the rest Gated DeltaNet (linear attention with a recurrent state).
-QWEN35_35B_A3B_CONFIG = {
-    "model_type": "qwen3_5_moe_text",
-    "num_hidden_layers": 40,
-    "full_attention_interval": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "linear_conv_kernel_dim": 4,
-    "mamba_ssm_dtype": "float32",
-    "max_position_embeddings": 262_144,
-}
-
-# Models whose figures are known (measured or from their published checkpoints), by the
-# last part of their name.
-KNOWN_MODELS = {
-    "qwen3.5-35b-a3b-fp8": {
-        "weights_bytes": int(34.22 * GIB),
-        "precision": "fp8",
-        "config": QWEN35_35B_A3B_CONFIG,
-        "field_kv_tokens": FIELD_KV_TOKENS,
-    },
-    "qwen3.5-35b-a3b": {
-        "weights_bytes": int(64.69 * GIB),
-        "precision": "bf16",
-        "config": QWEN35_35B_A3B_CONFIG,
-        "fp8_variant": "Qwen/Qwen3.5-35B-A3B-FP8",
-    },
-}
-
-# model_type values of hybrid attention / state-space models (vLLM aligns their KV block
-# size to the recurrent state, which is what trips fp8 KV caches).
-HYBRID_MODEL_TYPES = {
-    "qwen3_next",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "qwen3_5_moe_text",
-    "qwen3_5_text",
-    "jamba",
-    "nemotron_h",
-    "falcon_h1",
-    "granitemoehybrid",
-    "bamba",
-    "zamba2",
-    "plamo2",
-    "minimax_text_01",
-    "lfm2",
-}
+# The one rule for the weights in unified memory: what must remain after loading them. On a
+# 128 GB Spark the BF16 Qwen3.5-35B-A3B (64.69 GiB of weights) left ~56 GiB and ran out of
+# memory while profiling; the FP8 checkpoint (34.22 GiB) left ~87 GiB and was stable.
+MIN_FREE_AFTER_WEIGHTS_BYTES = 64 * GIB
 
 NVFP4_ISSUE = "https://github.com/vllm-project/vllm/issues/35519"
-DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 # vLLM's max_num_batched_tokens when not set, as its own assertion reports it: "In Mamba
 # cache align mode, block_size (2096) must be <= max_num_batched_tokens (2048)".
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
@@ -97,12 +48,9 @@ DEFAULT_UTILIZATION = 0.9
 # CacheDType in vllm/config/cache.py); vLLM refuses any other value.
 VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 VLLM_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
-# vLLM rounds the attention block size of hybrid models up to a multiple of this.
-BLOCK_ALIGNMENT = 16
 
 DEFAULT_THRESHOLDS = {
-    # Memory that must be left after the weights on unified memory (the one rule, kept in
-    # resources.py: resource_requirements applies it too).
+    # Memory that must be left after the weights on unified memory.
     "min_free_after_weights_bytes": MIN_FREE_AFTER_WEIGHTS_BYTES,
     "warn_utilization": 0.85,
     "max_utilization": 0.95,
@@ -112,15 +60,6 @@ DEFAULT_THRESHOLDS = {
     # Activations, CUDA context and allocator slack kept out of the KV estimate.
     "activation_reserve_bytes": 4 * GIB,
 }
-
-# How quantised checkpoints show themselves (first match wins).
-QUANT_PATTERNS = (
-    (r"nvfp4|modelopt_fp4", "nvfp4"),
-    (r"mxfp4|\bfp4\b", "fp4"),
-    (r"\b(awq|gptq|int4|w4a16|bitsandbytes|awq_marlin|gptq_marlin)\b", "int4"),
-    (r"fp8", "fp8"),
-    (r"\b(int8|w8a8)\b", "int8"),
-)
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -145,202 +84,9 @@ def gib(value: float | None) -> str:
     return "unknown" if value is None else f"{value / GIB:.1f} GiB"
 
 
-def model_key(model: str | None) -> str:
-    """The last part of a model id or path, lower case: Qwen/Qwen3.5-35B-A3B-FP8 -> qwen3.5-35b-a3b-fp8."""
-    return (model or "").rstrip("/").rsplit("/", 1)[-1].lower()
-
-
-def text_config(config: dict | None) -> dict:
-    """Multimodal configs (Qwen3.5) keep the language model's numbers under text_config."""
-    if not config:
-        return {}
-    inner = config.get("text_config")
-    if isinstance(inner, dict):
-        return {**config, **inner, "quantization_config": config.get("quantization_config")}
-    return config
-
-
-def precision_of(settings: dict, config: dict, known: dict | None) -> str:
-    """The checkpoint's weight precision: nvfp4, fp4, int4, fp8, int8, bf16, fp16 or fp32.
-
-    From the quantization option, the config's quantization_config and the model's name
-    (community checkpoints say it there: ...-FP8, ...-NVFP4, ...-AWQ), then the dtype.
-    """
-    qconf = config.get("quantization_config") or {}
-    text = " ".join(
-        [
-            (settings.get("quantization") or "").lower(),
-            str(qconf.get("quant_method") or "").lower(),
-            str(qconf.get("quant_algo") or "").lower(),
-            model_key(settings.get("model")),
-            model_key(settings.get("model_path")),
-        ]
-    )
-    for pattern, precision in QUANT_PATTERNS:
-        if re.search(pattern, text):
-            return precision
-    if known:
-        return known["precision"]
-    dtype = (settings.get("dtype") or "auto").lower()
-    if dtype in {"float32", "float", "float16", "half"}:
-        return "fp32" if dtype.startswith("float3") or dtype == "float" else "fp16"
-    torch_dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16").lower()
-    return "fp16" if torch_dtype == "float16" else "bf16"
-
-
-def is_hybrid(config: dict) -> bool:
-    layer_types = config.get("layer_types") or []
-    if any(str(t) in {"linear_attention", "mamba", "mamba2", "ssm"} for t in layer_types):
-        return True
-    return str(config.get("model_type") or "") in HYBRID_MODEL_TYPES or "full_attention_interval" in config
-
-
-def attention_layer_count(config: dict) -> int | None:
-    layers = config.get("num_hidden_layers")
-    layer_types = config.get("layer_types")
-    if layer_types:
-        return sum(1 for t in layer_types if t in {"full_attention", "attention", "sliding_attention"})
-    if layers and config.get("full_attention_interval"):
-        return int(layers) // int(config["full_attention_interval"])
-    return int(layers) if layers else None
-
-
-def head_dim(config: dict) -> int | None:
-    if config.get("head_dim"):
-        return int(config["head_dim"])
-    if config.get("hidden_size") and config.get("num_attention_heads"):
-        return int(config["hidden_size"]) // int(config["num_attention_heads"])
-    return None
-
-
-def kv_bytes_per_token_per_layer(config: dict, kv_cache_dtype: str) -> int | None:
-    heads = config.get("num_key_value_heads") or config.get("num_attention_heads")
-    dim = head_dim(config)
-    if not heads or not dim:
-        return None
-    dtype_bytes = 1 if kv_cache_dtype.startswith("fp8") else 2
-    return 2 * int(heads) * dim * dtype_bytes
-
-
-def recurrent_state_bytes(config: dict) -> int | None:
-    """Bytes of one Gated DeltaNet layer's state (conv state in bf16, SSM state in its dtype)."""
-    keys = (
-        "linear_num_key_heads",
-        "linear_num_value_heads",
-        "linear_key_head_dim",
-        "linear_value_head_dim",
-        "linear_conv_kernel_dim",
-    )
-    if not all(config.get(k) for k in keys):
-        return None
-    nk, nv, dk, dv, kernel = (int(config[k]) for k in keys)
-    conv = (kernel - 1) * (2 * nk * dk + nv * dv) * 2
-    ssm = nv * dk * dv * DTYPE_BYTES.get(str(config.get("mamba_ssm_dtype") or "float32"), 4)
-    return conv + ssm
-
-
-def aligned_block_size(config: dict, kv_cache_dtype: str) -> int | None:
-    """The attention block size vLLM picks so that one block's page equals the recurrent state.
-
-    Reproduces the number vLLM's assertion shows for Qwen3.5-35B-A3B with fp8 KV: 2096.
-    """
-    state = recurrent_state_bytes(config)
-    per_token = kv_bytes_per_token_per_layer(config, kv_cache_dtype)
-    if not state or not per_token:
-        return None
-    return math.ceil(math.ceil(state / per_token) / BLOCK_ALIGNMENT) * BLOCK_ALIGNMENT
-
-
-def interpolate(points: tuple[tuple[float, int], ...], x: float) -> float:
-    """Piecewise-linear through the points, extended linearly beyond both ends."""
-    if x <= points[0][0]:
-        (x0, y0), (x1, y1) = points[0], points[1]
-    elif x >= points[-1][0]:
-        (x0, y0), (x1, y1) = points[-2], points[-1]
-    else:
-        pairs = zip(points, points[1:])  # noqa: B905, RUF007 -- modules still run on Python 3.8 targets
-        (x0, y0), (x1, y1) = next((a, b) for a, b in pairs if a[0] <= x <= b[0])
-    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-
-
-def weights_size(settings: dict, known: dict | None) -> tuple[int | None, str]:
-    if settings.get("weights_bytes"):
-        return int(settings["weights_bytes"]), "given (weights_bytes)"
-    if settings.get("weights_on_disk_bytes"):
-        return int(settings["weights_on_disk_bytes"]), f"safetensors files in {settings.get('model_path')}"
-    if known:
-        return known["weights_bytes"], "known model"
-    return None, "unknown"
-
-
-def capacity(settings: dict, facts: dict, plan: dict) -> dict:
-    """KV-cache capacity in tokens for the plan's utilisation, with where the figure comes from."""
-    util = plan["utilization"]
-    known = plan["known"]
-    mem_total = facts.get("mem_total_bytes")
-    field = known.get("field_kv_tokens") if known else None
-    kv_dtype = plan["kv_cache_dtype"]
-    if (
-        field
-        and facts.get("unified_memory")
-        and mem_total
-        and FIELD_MEM_TOTAL_RANGE[0] <= mem_total <= FIELD_MEM_TOTAL_RANGE[1]
-        and not kv_dtype.startswith("fp8")
-    ):
-        measured = dict(field)
-        tokens = measured.get(round(util, 2)) if round(util, 2) == util else None
-        exact = tokens is not None
-        tokens = tokens if exact else max(0, int(interpolate(field, util)))
-        how = "measured" if exact else ("interpolated" if field[0][0] <= util <= field[-1][0] else "extrapolated")
-        return {
-            "tokens": tokens,
-            "estimate": not exact,
-            "confidence": "high" if how != "extrapolated" else "medium",
-            "source": f"DGX Spark measurement ({how}): Qwen3.5-35B-A3B-FP8 on a 128 GB DGX Spark, KV dtype auto",
-            "points": field,
-        }
-    config = plan["config"]
-    layers = attention_layer_count(config)
-    per_layer = kv_bytes_per_token_per_layer(config, kv_dtype)
-    memory = mem_total if facts.get("unified_memory") else facts.get("gpu_memory_total_bytes") or mem_total
-    weights = plan["weights_bytes"]
-    if not (layers and per_layer and memory and weights is not None):
-        missing = [
-            n
-            for n, v in (("config.json", layers and per_layer), ("memory size", memory), ("weights size", weights))
-            if not v
-        ]
-        return {
-            "tokens": None,
-            "estimate": True,
-            "confidence": "none",
-            "source": "unknown: no " + ", no ".join(missing),
-        }
-    per_token = layers * per_layer
-    budget = util * memory - weights - plan["thresholds"]["activation_reserve_bytes"]
-    hybrid_note = "; hybrid model: vLLM's recurrent-state pages make the real figure lower" if plan["hybrid"] else ""
-    return {
-        "tokens": max(0, int(budget // per_token)),
-        "estimate": True,
-        "confidence": "low" if plan["hybrid"] else "medium",
-        "source": f"estimate from config.json ({layers} attention layers x {per_layer} bytes per token{hybrid_note})",
-        "bytes_per_token": per_token,
-        "memory_bytes": memory,
-    }
-
-
-def utilization_for(tokens: int, cap: dict, plan: dict) -> float | None:
-    """The smallest utilisation (2 decimals) whose capacity holds `tokens`, or None above 0.95."""
-    for step in range(50, 96):
-        util = step / 100
-        if cap.get("points"):
-            if interpolate(cap["points"], util) >= tokens:
-                return util
-        elif cap.get("bytes_per_token"):
-            budget = util * cap["memory_bytes"] - plan["weights_bytes"] - plan["thresholds"]["activation_reserve_bytes"]
-            if budget / cap["bytes_per_token"] >= tokens:
-                return util
-    return None
+def memory_shortfall(mem_total_bytes: int, weights_bytes: int, headroom_bytes: int) -> int:
+    """Bytes missing for the weights plus the headroom (KV cache, activations, OS); 0 when they fit."""
+    return max(0, weights_bytes + headroom_bytes - mem_total_bytes)
 
 
 def finding(severity: str, rule: str, message: str) -> dict:

@@ -193,12 +193,15 @@ ansible_facts:
           sample: /usr/bin/nvidia-smi
 """
 
+import ast
 import glob
+import inspect
 import os
 import platform
+import textwrap
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.facts import ansible_collector, default_collectors
+from ansible.module_utils.facts import ansible_collector, compat, default_collectors
 from ansible.module_utils.facts.collector import CollectorNotFoundError, CycleFoundInFactDeps, UnresolvedFactDep
 from ansible.module_utils.facts.namespace import PrefixFactNamespace
 
@@ -214,10 +217,6 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts impor
 from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_range, read_text_file
 
 CONTAINER_TOOLKIT_TOOLS = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-container-cli")
-# What the setup module gathers for "min" (ansible-core 2.19, lib/ansible/modules/setup.py, main()).
-SETUP_MINIMAL_SUBSET = frozenset(["apparmor", "caps", "cmdline", "date_time", "distribution", "dns", "env", "fips",
-                                  "local", "lsb", "pkg_mgr", "platform", "python", "selinux", "service_mgr",
-                                  "ssh_pub_keys", "user"])
 
 
 def read_text(path: str) -> str | None:
@@ -292,6 +291,26 @@ def check_options(params: dict) -> str | None:
     return read_meminfo(params["meminfo_path"])
 
 
+def setup_minimal_subset() -> frozenset[str]:
+    """The collectors ansible.builtin.setup gathers for "min", as this ansible-core defines them.
+
+    ansible-core keeps that set in one expression, minimal_gather_subset, written the same in
+    setup's main() and in module_utils.facts.compat.ansible_facts; the module reads it from the
+    latter's source (shipped with every module that imports it) so that it follows the
+    ansible-core release on the controller instead of a copy that could drift.
+    """
+    tree = ast.parse(textwrap.dedent(inspect.getsource(compat.ansible_facts)))
+    for node in ast.walk(tree):
+        names = [getattr(target, "id", "") for target in getattr(node, "targets", [])]
+        if isinstance(node, ast.Assign) and "minimal_gather_subset" in names:
+            return frozenset(ast.literal_eval(node.value.args[0]))
+    raise InputError(
+        "gather_subset: this ansible-core has no minimal_gather_subset in module_utils.facts.compat, so "
+        "setup's min subset is unknown here; expected an ansible-core whose compat module defines it, as "
+        "2.19 does. Leave gather_subset empty and let the play gather its facts"
+    )
+
+
 def ansible_facts(module: AnsibleModule) -> dict:
     """The facts setup would return for this gather_subset, from the same collectors and names."""
     subset = module.params["gather_subset"]
@@ -304,7 +323,7 @@ def ansible_facts(module: AnsibleModule) -> dict:
             filter_spec=[],
             gather_subset=subset,
             gather_timeout=module.params["gather_timeout"],
-            minimal_gather_subset=SETUP_MINIMAL_SUBSET,
+            minimal_gather_subset=setup_minimal_subset(),
         )
     except (TypeError, CollectorNotFoundError, CycleFoundInFactDeps, UnresolvedFactDep) as err:
         raise InputError(f"gather_subset {subset}: {err}; expected what setup takes, such as min or network") from err

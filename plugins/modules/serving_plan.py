@@ -20,13 +20,14 @@ description:
     when max_num_batched_tokens is below vLLM's aligned block size, missing or too small
     shm_size, gpu_memory_utilization above O(max_utilization) on unified memory,
     max_model_len above the KV-cache capacity or the model's maximum."
-  - "Warnings: enforce_eager off on unified memory, NVFP4 checkpoints on GB10 (vLLM issue
-    35519), gpu_memory_utilization above O(warn_utilization) on unified memory, shm_size
-    below the recommended 16g, no served_model_name, unknown weights size."
-  - The KV-cache capacity of Qwen3.5-35B-A3B-FP8 on a 128 GB Spark comes from field
-    measurements (0.75 -> ~41K tokens, 0.80 -> ~45K, 0.85 -> ~50K, 0.90 -> ~54K, interpolated
-    between). For other models it is estimated from C(config.json) in O(model_path) and
-    labelled as an estimate (RV(estimate), RV(capacity_source)).
+  - "Warnings: enforce_eager off on unified memory, NVFP4 checkpoints on GB10
+    (U(https://github.com/vllm-project/vllm/issues/35519)), gpu_memory_utilization above
+    O(warn_utilization) on unified memory, shm_size below the recommended 16g, no
+    served_model_name, unknown weights size."
+  - The KV-cache capacity of Qwen3.5-35B-A3B-FP8 on a 128 GB Spark comes from measurements
+    with vLLM 0.19 on such a box (0.75 -> ~41K tokens, vLLM's own start-up figure; 0.80 -> ~45K,
+    0.85 -> ~50K, 0.90 -> ~54K; interpolated between). For other models it is estimated from
+    C(config.json) in O(model_path) and labelled as an estimate (RV(estimate), RV(capacity_source)).
 options:
   model:
     description:
@@ -206,7 +207,7 @@ kv_capacity_tokens:
   type: int
   sample: 41072
 estimate:
-  description: Whether RV(kv_capacity_tokens) is an estimate rather than a field measurement.
+  description: Whether RV(kv_capacity_tokens) is an estimate rather than a measured figure.
   returned: always
   type: bool
   sample: false
@@ -271,9 +272,9 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import (
     check_range,
     load_config_json,
     meminfo_total,
-    vllm_length,
 )
 from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import check_plan, parse_size
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import vllm_length
 
 SETTINGS = (
     "model",

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ansible_collections.sparkfleet.serving.plugins.filter.vllm import vllm_diagnose, vllm_serve_args
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import KNOWN_KEYS
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_args import KNOWN_KEYS
 from ansible_collections.sparkfleet.serving.tests.unit.plugins.hostile import hostile, python_scalars, python_values
 
 GENERATED_CASES = 300

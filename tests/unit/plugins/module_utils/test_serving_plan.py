@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import (
+from ansible_collections.sparkfleet.serving.plugins.module_utils.kv_capacity import interpolate
+from ansible_collections.sparkfleet.serving.plugins.module_utils.model_architecture import (
     GIB,
     QWEN35_35B_A3B_CONFIG,
     aligned_block_size,
-    check_plan,
-    interpolate,
     model_key,
-    parse_size,
     precision_of,
 )
+from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import check_plan, parse_size
 
 SPARK = {
     "unified_memory": True,

@@ -16,7 +16,6 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkfleet.serving.plugins.modules import (
     gpu_facts,
     gpu_requirements,
-    resource_requirements,
     serving_plan,
 )
 
@@ -162,30 +161,3 @@ def test_serving_plan_fails_on_the_bf16_model(capsys):
     assert code == 1
     assert "serving plan for Qwen/Qwen3.5-35B-A3B has 1 error(s)" in result["msg"]
     assert "Qwen/Qwen3.5-35B-A3B-FP8" in result["msg"]
-
-
-def test_resource_requirements_counts_what_is_already_there(tmp_path, capsys):
-    weights = tmp_path / "weights"
-    weights.mkdir()
-    (weights / "a.safetensors").write_bytes(b"x" * 1000)
-    (weights / "b.safetensors.incomplete").write_bytes(b"x" * 500)
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       1000 kB\n")
-    args = {
-        "weights_dir": str(weights),
-        "weights_bytes": 1000,
-        "memory_headroom_bytes": 0,
-        "meminfo_path": str(meminfo),
-    }
-    code, result = run_module(resource_requirements, args, capsys)
-    assert code == 0
-    assert result["disk"]["present_bytes"] == 1000
-    assert result["disk"]["to_download_bytes"] == 0
-    too_big = {**args, "weights_dir": str(tmp_path / "not/yet/there"), "weights_bytes": 2**60}
-    code, result = run_module(resource_requirements, too_big, capsys)
-    assert code == 1
-    assert result["disk"]["checked_path"] == str(tmp_path)
-    assert [p["requirement"] for p in result["problems"]] == [
-        "Disk space for the model weights",
-        "Memory for the model",
-    ]

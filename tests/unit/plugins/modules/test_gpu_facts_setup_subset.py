@@ -6,6 +6,7 @@ play relies on it instead of gathering facts): each is run here on this machine 
 
 from __future__ import annotations
 
+import ast
 from importlib.metadata import distribution
 from pathlib import Path
 from types import SimpleNamespace
@@ -65,3 +66,37 @@ def test_local_facts_are_read_from_fact_path_as_setup_reads_them(tmp_path):
 
 def test_an_unknown_subset_is_refused_naming_the_option(tmp_path):
     assert_clear_failure(gather(tmp_path, gather_subset=["min", "gpu"]), "gather_subset")
+
+
+def setup_minimal_subset() -> set[str]:
+    """The collector names setup.py gathers for "min", read from ansible-core's own source."""
+    tree = ast.parse(Path(SETUP_PY).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "minimal_gather_subset" for t in node.targets):
+            return {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    raise AssertionError(f"no minimal_gather_subset in {SETUP_PY}")
+
+
+def test_the_min_subset_comes_from_ansible_core_not_from_a_copy():
+    # A copy of setup's list drifts when ansible-core changes it; the module must name none of it.
+    minimal = setup_minimal_subset()
+    assert {"distribution", "platform", "ssh_pub_keys"} <= minimal
+    tree = ast.parse(Path(gpu_facts.__file__).read_text(encoding="utf-8"))
+    literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert not minimal & literals, sorted(minimal & literals)
+
+
+def test_the_min_subset_alone_gives_the_facts_setup_gives(tmp_path):
+    ours = gather(tmp_path, gather_subset=["!all"], fact_path=str(tmp_path / "facts.d"))
+    theirs = call_module(SETUP, {"gather_subset": ["!all"], "fact_path": str(tmp_path / "facts.d")})
+    facts = dict(ours["ansible_facts"])
+    facts.pop("sparkfleet_gpu")
+    assert sorted(facts) == sorted(theirs["ansible_facts"])
+
+
+def test_an_ansible_core_without_the_min_subset_is_named(tmp_path, monkeypatch):
+    def ansible_facts(module, gather_subset=None):  # compat.ansible_facts of a release that dropped the set
+        return {}
+
+    monkeypatch.setattr(gpu_facts.compat, "ansible_facts", ansible_facts)
+    assert_clear_failure(gather(tmp_path, gather_subset=["min"]), "minimal_gather_subset")

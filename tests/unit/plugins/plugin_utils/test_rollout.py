@@ -1,11 +1,11 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The rollout summary (plugins/module_utils/rollout.py) from the outcomes boxes keep."""
+"""The rollout summary (plugins/plugin_utils/rollout.py) from the outcomes boxes keep."""
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.rollout import argv_changes, flag_values, summarize
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.rollout import argv_changes, flag_values, summarize
 
 OLD = ["/model", "--served-model-name", "qwen3.5-35b", "--gpu-memory-utilization", "0.75", "--enforce-eager"]
 NEW = ["/model", "--served-model-name", "qwen3.5-35b", "--gpu-memory-utilization", "0.8", "--max-num-seqs", "8"]

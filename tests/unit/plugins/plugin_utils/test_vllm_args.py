@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_args import build_serve_args
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_args import build_serve_args
 
 STABLE = {
     "model_path": "/model", "served_model_name": "qwen3.5-35b", "host": "0.0.0.0", "port": 8000,

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.fleet_report import (
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import (
     BENCHMARK_COLUMNS,
     STATUS_COLUMNS,
     benchmark_fleet,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.waiting import (
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.waiting import (
     MAX_PROGRESS_INTERVAL,
     sliced_wait,
     wait_slices,

@@ -15,6 +15,8 @@ from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import tri_state
+
 # (setting, flag) for settings whose value follows the flag; omitted when None or "".
 _VALUED = (
     ("served_model_name", "--served-model-name"),
@@ -33,26 +35,6 @@ _SWITCHES = (("enforce_eager", "--enforce-eager"),)
 # (setting, flag) for vLLM's tri-state switches (argparse.BooleanOptionalAction, default None):
 # true -> --flag, false -> --no-flag, None or "" -> neither (vLLM decides per model).
 _TRI_STATE = (("enable_prefix_caching", "--enable-prefix-caching"),)
-
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-# How an unset (null) variable can arrive through Jinja: None, "", or its text "None".
-_UNSET = {"", "none", "null"}
-
-
-def tri_state(value: Any, name: str) -> bool | None:
-    """True, False or None (unset) from a setting as Ansible hands it over (bool or text)."""
-    if value is None or isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _UNSET:
-        return None
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f"{name} is {value!r}: expected true, false or null (null leaves it to vLLM's model default)")
-
 
 # Text-only serving: skip the vision encoder's memory profiling (stalls start-up).
 TEXT_ONLY_LIMITS = {"image": 0, "video": 0}
