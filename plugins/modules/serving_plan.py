@@ -145,6 +145,16 @@ options:
       - Smaller O(shm_size) is a warning.
     type: str
     default: 16g
+  settings:
+    description:
+      - The vLLM settings as one dict, the one the P(sparkfleet.serving.vllm_serve_args#filter) filter builds the
+        command line from (the vllm role passes the same dict to both, so that the plan checks what will run).
+      - Its keys V(dtype), V(quantization), V(gpu_memory_utilization), V(max_model_len), V(max_num_seqs),
+        V(max_num_batched_tokens), V(kv_cache_dtype), V(enforce_eager), V(enable_prefix_caching) (tri-state, as the
+        filter reads it) and V(served_model_name) stand for the options of those names, which must not be given
+        as well; its other keys are the command line's only (its V(model_path) is the path inside the container,
+        not O(model_path)).
+    type: dict
 seealso:
   - module: sparkfleet.serving.gpu_facts
   - name: NVFP4 on GB10 (vllm-project/vllm#35519)
@@ -265,6 +275,7 @@ config_source:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.validation import check_type_bool, check_type_float, check_type_int, check_type_str
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import (
     InputError,
@@ -360,8 +371,44 @@ def check_options(params: dict) -> dict:
     return thresholds
 
 
+# The options a settings dict (the vllm_serve_args filter's input) stands for, and their types
+# (converted as AnsibleModule converts the options).
+CONVERT = {"str": check_type_str, "int": check_type_int, "float": check_type_float, "bool": check_type_bool}
+FROM_SETTINGS = {
+    "dtype": "str",
+    "quantization": "str",
+    "gpu_memory_utilization": "float",
+    "max_model_len": "raw",
+    "max_num_seqs": "int",
+    "max_num_batched_tokens": "int",
+    "kv_cache_dtype": "str",
+    "enforce_eager": "bool",
+    "enable_prefix_caching": "bool",
+    "served_model_name": "str",
+}
+
+
+def with_settings(params: dict, spec: dict) -> dict:
+    """The options, those of FROM_SETTINGS taken from the settings dict when there is one
+    (a key it lacks, or leaves empty, has the option's default, as an option not given has)."""
+    settings = params.get("settings")
+    if settings is None:
+        return params
+    merged = dict(params)
+    for name, kind in FROM_SETTINGS.items():
+        value = settings.get(name)
+        if value is None or value == "":
+            merged[name] = spec[name].get("default")
+            continue
+        try:
+            merged[name] = value if kind == "raw" else CONVERT[kind](value)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"settings.{name}: {exc}") from None
+    return merged
+
+
 def plan(module: AnsibleModule) -> tuple[dict, dict]:
-    params = module.params
+    params = with_settings(module.params, module.argument_spec)
     thresholds = check_options(params)
     settings = {name: params[name] for name in SETTINGS}
     settings["max_model_len"] = vllm_length(params["max_model_len"], "max_model_len")
@@ -399,7 +446,9 @@ def main() -> None:
             "recommended_shm_size": {"type": "str", "default": "16g"},
             "report_warnings": {"type": "bool", "default": True},
             "fail_on_error": {"type": "bool", "default": True},
+            "settings": {"type": "dict"},
         },
+        mutually_exclusive=[["settings", name] for name in FROM_SETTINGS],
         supports_check_mode=True,
     )
     params = module.params

@@ -161,3 +161,49 @@ def test_serving_plan_fails_on_the_bf16_model(capsys):
     assert code == 1
     assert "serving plan for Qwen/Qwen3.5-35B-A3B has 1 error(s)" in result["msg"]
     assert "Qwen/Qwen3.5-35B-A3B-FP8" in result["msg"]
+
+
+# The vllm role's settings dict, as the vllm_serve_args filter takes it (its model_path is the
+# container's path, its other keys the command line's only).
+ROLE_SETTINGS = {
+    "model_path": "/model", "served_model_name": "qwen3.5-35b", "host": "0.0.0.0", "port": 8000, "dtype": "auto",
+    "quantization": "", "max_model_len": 16384, "gpu_memory_utilization": 0.75, "max_num_seqs": 16,
+    "max_num_batched_tokens": 16384, "kv_cache_dtype": "auto", "enforce_eager": True, "enable_prefix_caching": True,
+    "reasoning_parser": "qwen3", "tool_call_parser": "qwen3_coder", "enable_auto_tool_choice": True,
+    "text_only": True, "extra_args": [],
+}
+BOX = {"model": "Qwen/Qwen3.5-35B-A3B-FP8", "shm_size": "16g", "unified_memory": True,
+       "mem_total_bytes": 127601248 * 1024}
+
+
+def plan_of(code: int, result: dict) -> tuple[int, dict]:
+    """The exit code and the plan, without the echo of the arguments it was given."""
+    return code, {key: value for key, value in result.items() if key != "invocation"}
+
+
+@pytest.mark.parametrize("change, errors", [
+    ({}, 0),
+    ({"gpu_memory_utilization": "0.9", "max_model_len": "65536"}, 1),
+    # fp8 KV with the align-mode block size above max_num_batched_tokens (prefix caching on).
+    ({"kv_cache_dtype": "fp8", "max_num_batched_tokens": 2048}, 1),
+    ({"enforce_eager": "false", "served_model_name": "", "enable_prefix_caching": None}, 0),
+])
+def test_serving_plan_from_the_settings_dict_equals_the_options(change, errors, capsys):
+    settings = {**ROLE_SETTINGS, **change}
+    options = {name: settings[name] for name in serving_plan.FROM_SETTINGS if settings.get(name) not in (None, "")}
+    from_options = plan_of(*run_module(serving_plan, {**BOX, **options}, capsys))
+    from_settings = plan_of(*run_module(serving_plan, {**BOX, "settings": settings}, capsys))
+    assert from_settings == from_options
+    assert len(from_settings[1]["errors"]) == errors, from_settings[1]["errors"]
+
+
+def test_serving_plan_refuses_a_setting_given_twice(capsys):
+    code, result = run_module(serving_plan, {**BOX, "settings": ROLE_SETTINGS, "dtype": "auto"}, capsys)
+    assert code == 1
+    assert "mutually exclusive" in result["msg"] and "dtype" in result["msg"]
+
+
+def test_serving_plan_names_a_bad_value_in_the_settings(capsys):
+    code, result = run_module(serving_plan, {**BOX, "settings": {**ROLE_SETTINGS, "max_num_seqs": "many"}}, capsys)
+    assert code == 1
+    assert result["msg"].startswith("settings.max_num_seqs:")
