@@ -23,7 +23,7 @@ def imports(path: Path) -> set[tuple[str, str]]:
         names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
         for name in names:
             if name.startswith(PACKAGE):
-                kind, _, rest = name[len(PACKAGE):].partition(".")
+                kind, _sep, rest = name[len(PACKAGE):].partition(".")
                 found.add((kind, rest.split(".")[0]))
     return found
 
