@@ -256,7 +256,7 @@ def test_the_one_owner_rules_can_fail():
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_published_results_are_set_by_the_role(role: Path):
     """What the README says the role publishes, a task of it sets."""
-    set_names = {name for _, how, name in internal_names(role) if how == "set_fact"}
+    set_names = {name for _where, how, name in internal_names(role) if how == "set_fact"}
     assert published(role) <= set_names
 
 
