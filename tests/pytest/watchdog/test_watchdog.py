@@ -333,7 +333,7 @@ def test_polling_follows_the_measured_rise(harness):
     assert interval < 5 / 16
     # Memory stops rising: the measured rate fades, the interval grows back to the
     # headroom / fill rate bound.
-    for _ in range(20):
+    for _sample in range(20):
         interval = h.step(85)
     assert interval == pytest.approx(5 / 16, rel=0.01)
     # Falling memory never lengthens the interval beyond that bound.
