@@ -104,28 +104,6 @@ def last_watchdog_action(journal: str | None) -> str:
     return found
 
 
-def system_sections(text: str | None) -> dict:
-    """The one shell task of playbooks/status.yml prints `## NAME` lines before each answer:
-    watchdog (systemctl is-active), journal (journalctl, `## journal-rc N` after it), ufw
-    (`ufw status`, then `## ufw-rc N`; 127 when there is no ufw)."""
-    sections: dict[str, list[str]] = {}
-    rcs: dict[str, int] = {}
-    current = None
-    for line in (text or "").splitlines():
-        match = re.match(r"^## ([a-z]+)(?:-rc (-?\d+))?$", line)
-        if match and match.group(2) is not None:
-            rcs[match.group(1)] = int(match.group(2))
-        elif match:
-            current = match.group(1)
-            sections[current] = []
-        elif current:
-            sections[current].append(line)
-    watchdog = "\n".join(sections.get("watchdog", [])).strip()
-    return {"watchdog_state": watchdog or UNKNOWN,
-            "watchdog_journal": "\n".join(sections["journal"]) if rcs.get("journal") == 0 else None,
-            "ufw_rc": rcs.get("ufw"), "ufw_stdout": "\n".join(sections.get("ufw", []))}
-
-
 def firewall_state(ufw_rc: int | None, ufw_stdout: str | None) -> str:
     """`ufw status` -> active / inactive / not installed / unknown."""
     if ufw_rc is None:
@@ -201,8 +179,6 @@ def status_row(raw: dict) -> dict:
     digest = _short_digest(image_info.get("RepoDigests") or record.get("repo_digests") or [],
                            image_info.get("Id") or container.get("Image") or record.get("image_id") or "")
     metrics = parse_metrics(raw.get("metrics"))
-    if "system" in raw:
-        raw = {**raw, **system_sections(raw.get("system"))}
     row = {"host": host, "reachable": True, "error": "", **_gpu(gpu), "image": image, "image_digest": digest,
            "container": state,
            **_model_identity(_json(raw.get("manifest")), record, legacy,

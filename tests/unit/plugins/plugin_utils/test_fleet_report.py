@@ -21,7 +21,6 @@ from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report im
     render_table,
     status_display,
     status_row,
-    system_sections,
 )
 
 # vLLM 0.19.1's /metrics in the shape prometheus_client writes it (vllm/v1/metrics/loggers.py).
@@ -166,24 +165,6 @@ def test_watchdog_without_actions_says_none():
     (1, "ERROR: You need to be root to run this script", "unknown"), (None, "", "unknown")])
 def test_firewall(rc: int | None, out: str, state: str):
     assert firewall_state(rc, out) == state
-
-
-def test_the_system_answers_come_in_one_text():
-    text = "\n".join(["## watchdog", "active", "## journal", *JOURNAL.splitlines(), "## journal-rc 0",
-                      "## ufw", "Status: active", "", "To Action From", "## ufw-rc 0"])
-    answers = system_sections(text)
-    assert answers["watchdog_state"] == "active" and answers["ufw_rc"] == 0
-    assert last_watchdog_action(answers["watchdog_journal"]).startswith("stopped vllm")
-    row = status_row(raw(system=text, watchdog_state=None, watchdog_journal=None, ufw_rc=None, ufw_stdout=None))
-    assert (row["watchdog"], row["firewall"]) == ("active", "active")
-    assert row["watchdog_last_action"] == "stopped vllm at 2026-11-30T08:01:03+0000"
-
-
-def test_no_ufw_and_no_journal():
-    answers = system_sections("## watchdog\ninactive\n## journal\nNo journal files were found.\n## journal-rc 1\n"
-                              "## ufw\n## ufw-rc 127\n")
-    assert answers == {"watchdog_state": "inactive", "watchdog_journal": None, "ufw_rc": 127, "ufw_stdout": ""}
-    assert system_sections("")["watchdog_state"] == "unknown"
 
 
 def test_the_container_label_names_the_model_when_nothing_else_does():
