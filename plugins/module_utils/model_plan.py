@@ -232,6 +232,7 @@ def totals(files: list[dict], commit: str, free_bytes: int | None, margin_bytes:
         "files": files,
         "files_total": len(files),
         "files_to_fetch": len(to_fetch),
+        "file_sizes": [{"path": f["path"], "size": f["size"]} for f in files],
         "bytes_total": sum(f["size"] for f in files),
         "bytes_to_fetch": bytes_to_fetch,
         "weights_bytes": sum(f["size"] for f in files if f["path"].endswith(WEIGHTS_SUFFIX)),
