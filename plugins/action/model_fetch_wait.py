@@ -37,6 +37,7 @@ HINTS = {
                 "(model_disk_margin_bytes is the margin kept).",
     "HashMismatch": "The hub served bytes whose sha256 differs from its own listing; nothing corrupt was kept in "
                     "place. Run again later or use another model_endpoint.",
+    "NotWritable": "Set model_local_dir to a writable directory, or remount the one given read-write.",
     "SeedUnreachable": "The seed box could not serve its copy: check model_seed_host / model_seed_address / "
                        "model_seed_port, or set model_lan_copy: false.",
 }
@@ -100,5 +101,6 @@ class ActionModule(ActionBase):
             return result
         result["msg"] = (f"{state.get('files_total', '?')} files, {human_bytes(state.get('bytes_total'))} verified; "
                          f"{human_bytes(state.get('bytes_downloaded', 0))} downloaded, "
-                         f"fetched {len(state.get('fetched') or [])}, repaired {len(state.get('repaired') or [])}")
+                         f"fetched {len(state.get('fetched') or [])}, repaired {len(state.get('repaired') or [])}"
+                         + (f", {state['retries']} transient failures retried" if state.get("retries") else ""))
         return result

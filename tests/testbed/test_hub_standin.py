@@ -224,6 +224,58 @@ def test_a_transfer_cut_before_the_first_chunk_fails_in_the_client(hub: Hub, tmp
     assert len(cdn) > 1 and all(r["bytes"] == 1_000_000 for r in cdn)  # retried from 0, never resumed
 
 
+# ---------------------------------------------------------------- transient faults, as the real clients meet them
+
+
+def test_a_stalled_api_times_out_in_the_client_and_files_still_flow(hub: Hub, tmp_path: Path) -> None:
+    hub.faults(stall_api_seconds=30)
+    began = time.monotonic()
+    with pytest.raises(httpx2.ReadTimeout):
+        HfApi(endpoint=hub.url).model_info(MODEL, timeout=1)
+    assert time.monotonic() - began < 10
+    # The CDN and resolve are not the API: a download of a known file goes on.
+    path = hf_hub_download(MODEL, "config.json", local_dir=tmp_path, endpoint=hub.url)
+    assert sha256_of(Path(path)) == hub.files()["config.json"]["sha256"]
+
+
+def test_one_503_from_the_api_is_an_http_error_the_next_request_is_served(hub: Hub) -> None:
+    hub.faults(api_503_count=1)
+    with pytest.raises(HfHubHTTPError) as unavailable:
+        HfApi(endpoint=hub.url).model_info(MODEL, timeout=10)
+    assert unavailable.value.response.status_code == 503
+    assert HfApi(endpoint=hub.url).model_info(MODEL, timeout=10).sha == hub.commit("main")
+    assert hub.faults()["api_503_count"] == 0
+
+
+def test_one_503_per_file_then_the_file(hub: Hub, tmp_path: Path) -> None:
+    hub.faults(file_503_once=True)
+    for name in ("config.json", SHARD):  # resolve (a small file), the CDN (a weight file)
+        with pytest.raises((HfHubHTTPError, OSError)):
+            hf_hub_download(MODEL, name, local_dir=tmp_path / "first", endpoint=hub.url)
+        path = hf_hub_download(MODEL, name, local_dir=tmp_path / "second", endpoint=hub.url)
+        assert sha256_of(Path(path)) == hub.files()[name]["sha256"]
+    assert [r["status"] for r in hub.requests() if r["method"] == "GET" and r["status"] == 503] == [503, 503]
+
+
+def test_a_reset_once_per_file_is_resumed_by_the_client(hub: Hub, tmp_path: Path) -> None:
+    hub.faults(cut_once_after_bytes=12 * 1024 * 1024)
+    path = hf_hub_download(MODEL, SHARD, local_dir=tmp_path, endpoint=hub.url)
+    assert sha256_of(Path(path)) == hub.files()[SHARD]["sha256"]
+    cdn = [r for r in hub.requests() if r["path"].startswith("/repos/") and r["method"] == "GET"]
+    assert cdn[0]["bytes"] == 12 * 1024 * 1024  # cut, then resumed with Range
+    assert len(cdn) == 2 and cdn[1]["status"] == 206
+
+
+def test_the_transient_switches_refuse_wrong_types_and_reset(hub: Hub) -> None:
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        hub.faults(stall_api_seconds=True)
+    assert refused.value.code == 400
+    hub.faults(api_503_count=2, file_503_once=True, cut_once_after_bytes=5)
+    assert hub.faults(reset=True) == {
+        "throttle_bps": None, "cut_after_bytes": None, "corrupt": False, "require_token": False,
+        "stall_api_seconds": None, "api_503_count": None, "file_503_once": False, "cut_once_after_bytes": None}
+
+
 def test_corrupt_bytes_have_the_right_size_and_the_wrong_hash(hub: Hub, tmp_path: Path) -> None:
     hub.faults(corrupt=True)
     # huggingface_hub checks the size only: it accepts the corrupt file.

@@ -162,6 +162,10 @@ def test_new_revision_fetches_only_what_changed(host, repo):
     main, v1 = commit_files(repo, "main"), commit_files(repo, "v1")
     changed = sorted(p for p in main if main[p]["sha256"] != v1.get(p, {}).get("sha256"))
     assert changed, "the stand-in's two commits differ"
+    # Check mode plans what the run then fetches: the small files the move did not change are kept.
+    planned = playbook("converge.yml", {"model_revision": "v1"}, "--check")
+    assert planned.returncode == 0, planned.stdout[-3000:]
+    assert f"would download {len(changed)} of {len(v1)} files" in planned.stdout
     clear_log(host)
     result = playbook("converge.yml", {"model_revision": "v1"})
     assert result.returncode == 0, result.stdout[-3000:]
@@ -265,6 +269,39 @@ def test_gated_repository_with_the_token_leaves_no_trace_of_it(host):
     host.check_output(f"rm -rf {directory}")
 
 
+# --- transient faults: a one-off 503 on every file, the published result --------------------------
+
+def test_one_503_per_file_is_retried_and_shown_and_the_result_is_published(host, repo):
+    directory = "/srv/models/flaky"
+    files = commit_files(repo, "main")
+    faults(host, file_503_once=True)
+    clear_log(host)
+    try:
+        result = playbook("published.yml", {"model_local_dir": directory})
+    finally:
+        faults(host)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert sums_pass(host, directory)
+    refused = [r for r in requests_log(host) if r["status"] == 503]
+    assert len(refused) == len(files)
+    state = state_of(host)
+    assert state["retries"] == len(files) and state["last_retry"]["why"] == "HTTP 503"
+    assert state["bytes_downloaded"] == downloaded_bytes(requests_log(host))
+    published = json.loads(re.search(r"PUBLISHED (\{.*\}) END", result.stdout.replace("\\\"", '"')).group(1))
+    planned, ready = published["planned"], published["ready"]
+    assert planned["stage"] == "planned" and ready["stage"] == "ready"
+    assert planned["files_to_fetch"] == len(files) and planned["needs_download"] is True
+    assert planned["config_json"] == "absent" and ready["config_json"] == "file"
+    assert ready["complete"] is True and ready["files_to_fetch"] == 0 and ready["bytes_to_fetch"] == 0
+    assert ready["commit"] == planned["commit"] == repo["refs"]["branches"]["main"]
+    assert {f["path"]: f["size"] for f in ready["files"]} == {p: m["size"] for p, m in files.items()}
+    assert ready["bytes"] == sum(m["size"] for m in files.values())
+    assert ready["weights_bytes"] == sum(m["size"] for p, m in files.items() if p.endswith(".safetensors"))
+    assert (ready["dir"], ready["source"], ready["repo"], ready["revision"]) == (
+        directory, "huggingface", REPO, "main")
+    host.check_output(f"rm -rf {directory}")
+
+
 # --- check mode on a fresh box ------------------------------------------------------------------
 
 def test_check_mode_on_a_fresh_directory_says_what_it_would_download(host, repo):
@@ -288,6 +325,8 @@ CASES = {
     "unreachable": ("unreachable", "model_endpoint"),
     "disk": ("Not enough disk space", "model_local_dir"),
     "corrupt": ("HashMismatch", "model_endpoint"),
+    "stalled": ("2 attempts", "model_api_timeout"),
+    "read-only": ("NotWritable", "model_local_dir"),
 }
 
 

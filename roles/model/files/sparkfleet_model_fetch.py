@@ -19,14 +19,24 @@ ModelScope's `Sha256`, the git blob sha1 for small Hugging Face files), and only
 place. The manifest `sparkfleet-manifest.json` and `SHA256SUMS` describe what is in place; a quick
 re-run compares size and mtime with the manifest and reads no file and transfers nothing.
 
-A killed run (SIGKILL, power loss) loses only the files in flight: every file placed is recorded
-at once in a journal in the staging directory, which the next run trusts like the manifest. With
-the Hugging Face source the files in flight (at most WORKERS) start again from 0, as the client
-cannot resume across processes; the stale partials are deleted. The client's own Range resume
-was not re-implemented here: it would bypass the client for the bytes that matter most, for at
-most WORKERS files' worth of transfer. ModelScope's client resumes its `<file>.incomplete` with
-Range, and seed mode resumes its `.part` files with Range when the server honours it (the
-stdlib's http.server does not: then the file restarts); resumed bytes are hashed with the rest.
+Which files to keep and which to fetch is decided by the role's one planner,
+sparkfleet_model_plan.py (the collection's plugins/module_utils/model_plan.py, copied next to this
+program), the same code that plans check mode on the controller.
+
+A killed run (SIGKILL, power loss) loses at most the bytes in flight: every file placed is recorded
+at once in a journal in the staging directory, which the next run trusts like the manifest. The
+Hugging Face client names its partials per process (file_download.py:1996-2004) and never resumes
+them itself; adopt_partial() moves a weight file's partial to `<path>.part` and HuggingFaceSource
+continues it with Range through the client's own http_get, so a resumed file costs only its
+missing bytes. ModelScope's client resumes its `<file>.incomplete` with Range, and seed mode
+resumes its `.part` files with Range when the server honours it (the stdlib's http.server does
+not: then the file restarts); resumed bytes are hashed with the rest.
+
+Every request has a connect and read timeout (--api-timeout, the role's model_api_timeout, which
+the check tasks use too), and a transient failure (HTTP 5xx/408/429, a connection refused or
+reset, a timeout) is retried --retries times with exponential backoff and jitter, each retry
+written to the state file (the role's progress line shows it); only then the run fails, with
+HubUnreachable naming the endpoint, the request and the attempts.
 
 Exit 0 on success, 1 on failure; the state file (--state) and the last stderr line say why.
 """
@@ -36,11 +46,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import fnmatch
 import functools
 import hashlib
 import json
+import math
 import os
+import random
 import re
 import shutil
 import signal
@@ -54,23 +65,30 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-MANIFEST = "sparkfleet-manifest.json"
-SUMS = "SHA256SUMS"
-STAGING = ".sparkfleet-staging"
+# The planner the role copies next to this program (the collection's module_utils/model_plan.py).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sparkfleet_model_plan as planner
+
+MANIFEST = planner.MANIFEST
+SUMS = planner.SUMS
+STAGING = planner.STAGING
 # Files verified and moved into place by a run that did not finish: the next run trusts them by
 # size+mtime like manifest entries, so an interrupted download loses only the files in flight.
-JOURNAL = "verified.jsonl"
-OWN_FILES = frozenset({MANIFEST, SUMS})
+JOURNAL = planner.JOURNAL
 # The manifest keys that describe the copy in place (the others say where it came from, and when).
-IDENTITY = ("format", "source", "repo", "revision", "commit", "files")
+IDENTITY = ("format", "source", "repo", "revision", "commit", "include", "exclude", "files")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 CHUNK = 8 * 1024 * 1024
 STATE_INTERVAL = 1.0  # seconds between state file rewrites (the interface promises at most 2 s)
 WORKERS = 4  # files downloaded at once; huggingface_hub's snapshot_download uses 8
 DEFAULT_MARGIN = 1024**3  # free space kept beyond the bytes still to fetch
-SEED_TIMEOUT = 30  # seconds without a byte from a seed before it counts as unreachable
+API_TIMEOUT = 30.0  # seconds: connect and read timeout of every request (--api-timeout)
+RETRIES = 2  # transient failures retried per request (--retries)
+BACKOFF_BASE = 1.0  # seconds before the first retry; doubled per retry, up to BACKOFF_CAP, with jitter
+BACKOFF_CAP = 30.0
+T = TypeVar("T")
 
 KINDS = (
     "RepoNotFound",
@@ -82,6 +100,7 @@ KINDS = (
     "DiskFull",
     "HashMismatch",
     "SeedUnreachable",
+    "NotWritable",  # the target directory is read-only or not writable
     "Unexpected",  # an error none of the above describes (message: its class and text)
     "Interrupted",  # stopped by SIGTERM
 )
@@ -158,15 +177,12 @@ def matches(remote: RemoteFile, hashes: Hashes) -> bool:
     return remote.git_sha1 is not None and hashes.git_sha1 == remote.git_sha1
 
 
-def selected(path: str, include: list[str], exclude: list[str]) -> bool:
-    """fnmatch like huggingface_hub's filter_repo_objects (utils/_paths.py), "dir/" meaning "dir/*"."""
-
-    def norm(pattern: str) -> str:
-        return pattern + "*" if pattern.endswith("/") else pattern
-
-    if include and not any(fnmatch.fnmatch(path, norm(p)) for p in include):
-        return False
-    return not any(fnmatch.fnmatch(path, norm(p)) for p in exclude)
+def remote_files(listing: Any) -> tuple[RemoteFile, ...]:
+    """A hub listing (or the manifest's files), normalized by the planner."""
+    return tuple(
+        RemoteFile(safe_relpath(f["path"]), f["size"], f["sha256"], f["git_sha1"])
+        for f in planner.normalize_listing(listing)
+    )
 
 
 def safe_relpath(path: str) -> str:
@@ -204,23 +220,10 @@ def load_manifest(local_dir: Path, source: str, repo: str) -> dict[str, Any] | N
 
 
 def load_journal(local_dir: Path) -> list[dict[str, Any]]:
-    entries = []
-    with contextlib.suppress(OSError):
-        for line in (local_dir / STAGING / JOURNAL).read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                entries.append(json.loads(line))
-    return entries
-
-
-def known_entries(manifest: dict[str, Any] | None, journal: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """path -> {size, sha256, git_sha1?, mtime, commit}: what earlier runs verified."""
-    known: dict[str, dict[str, Any]] = {}
-    if manifest:
-        for item in manifest.get("files", []):
-            known[item["path"]] = {**item, "commit": manifest.get("commit")}
-    for item in journal:  # newer than the manifest
-        known[item["path"]] = item
-    return known
+    try:
+        return planner.parse_journal((local_dir / STAGING / JOURNAL).read_text())
+    except OSError:
+        return []
 
 
 def entry_for(path: Path, rel: str, hashes: Hashes, commit: str) -> dict[str, Any]:
@@ -234,7 +237,12 @@ def entry_for(path: Path, rel: str, hashes: Hashes, commit: str) -> dict[str, An
     }
 
 
-def manifest_body(listing: Listing, entries: list[dict[str, Any]]) -> dict[str, Any]:
+def manifest_body(
+    listing: Listing, entries: list[dict[str, Any]], selection: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """The manifest: what is in place, and the include/exclude it was selected with (so that a later
+    check knows whether the manifest lists every file of its commit). The git blob id is kept: it is
+    how Hugging Face lists a small file, so a moved branch keeps the small files it did not change."""
     return {
         "format": 1,
         "source": listing.source,
@@ -242,18 +250,25 @@ def manifest_body(listing: Listing, entries: list[dict[str, Any]]) -> dict[str, 
         "repo": listing.repo,
         "revision": listing.revision,
         "commit": listing.commit,
+        "include": list((selection or {}).get("include") or []),
+        "exclude": list((selection or {}).get("exclude") or []),
         "copied_from": listing.copied_from,
         "written_at": None,
-        "files": [{k: e[k] for k in ("path", "size", "sha256", "mtime")} for e in entries],
+        "files": [{k: e.get(k) for k in ("path", "size", "sha256", "git_sha1", "mtime")} for e in entries],
     }
 
 
-def write_manifest(local_dir: Path, listing: Listing, entries: list[dict[str, Any]]) -> bool:
+def write_manifest(
+    local_dir: Path,
+    listing: Listing,
+    entries: list[dict[str, Any]],
+    selection: dict[str, list[str]] | None = None,
+) -> bool:
     """Write manifest + SHA256SUMS when what they describe changed; True if it did.
 
     Where the bytes came from (endpoint, copied_from) is not compared: a copy taken from a seed and
     checked later against the hub is still the same copy, and a re-run must report no change."""
-    body = manifest_body(listing, sorted(entries, key=lambda e: e["path"]))
+    body = manifest_body(listing, sorted(entries, key=lambda e: e["path"]), selection)
     old = read_json(local_dir / MANIFEST)
     if isinstance(old, dict) and (local_dir / SUMS).is_file() and all(old.get(k) == body[k] for k in IDENTITY):
         return False
@@ -278,7 +293,9 @@ class State:
     bytes_verified: int = 0  # bytes of files in place and verified
     files_total: int = 0
     files_done: int = 0
-    bytes_downloaded: int = 0
+    bytes_downloaded: int = 0  # bytes received over the network by this run (never counts a resumed partial)
+    retries: int = 0  # transient failures retried so far
+    last_retry: dict[str, Any] | None = None  # the latest: what, why, attempt, wait
     fetched: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     changed: bool = False
@@ -290,10 +307,16 @@ class State:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def received(self, path: str, count: int) -> None:
-        """Bytes of `path` arrived (negative: the client rewound a file a server sent again from 0)."""
+        """Bytes of `path` arrived. Negative: the client rewound the file (a server ignored Range and sends
+        it again from 0); the bytes on disk drop, the bytes received stay received."""
         with self.lock:
             self.inflight[path] = max(0, self.inflight.get(path, 0) + count)
-            self.bytes_downloaded += count
+            self.bytes_downloaded += max(0, count)
+
+    def retrying(self, what: str, why: str, attempt: int, wait: float) -> None:
+        with self.lock:
+            self.retries += 1
+            self.last_retry = {"what": what, "why": why, "attempt": attempt, "wait": round(wait, 1)}
 
     def checked(self, count: int, whole_file: bool = False) -> None:
         """Bytes read while checking; a whole file's size once it is decided (read or not)."""
@@ -344,6 +367,8 @@ class State:
                 "rate_bps": round(rate),
                 "eta_seconds": None if eta is None else round(eta),
                 "bytes_downloaded": self.bytes_downloaded,
+                "retries": self.retries,
+                "last_retry": self.last_retry,
                 "fetched": sorted(self.fetched),
                 "repaired": sorted(self.repaired),
                 "changed": self.changed,
@@ -411,17 +436,55 @@ class ByteCounter:
 # --------------------------------------------------------------------------- sources
 
 
+@dataclass(frozen=True)
+class Patience:
+    """How long one request may wait, and how often a transient failure is tried again."""
+
+    timeout: float = API_TIMEOUT
+    retries: int = RETRIES
+
+
+def backoff(attempt: int) -> float:
+    """Seconds before retry `attempt` (1, 2, ...): exponential, capped, with jitter, so that the boxes of a
+    fleet that met the same outage do not come back at the same instant ("full jitter" halved:
+    https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/)."""
+    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1))
+    return random.uniform(ceiling / 2, ceiling)
+
+
+def transient_cause(error: BaseException | None, classify: Callable[[BaseException], str | None]) -> str | None:
+    """The first error in the chain of causes that `classify` calls transient, described; None if none is."""
+    seen = 0
+    while error is not None and seen < 10:
+        why = classify(error)
+        if why:
+            return why
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return None
+
+
 class Source:
     """Where bytes come from: list the revision, then put one file's bytes into staging."""
 
     name = ""
 
-    def __init__(self, endpoint: str, repo: str, revision: str, token: str | None, state: State) -> None:
+    def __init__(  # noqa: PLR0913 - what every source is made of
+        self,
+        endpoint: str,
+        repo: str,
+        revision: str,
+        token: str | None,
+        state: State,
+        *,
+        patience: Patience | None = None,
+    ) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.repo = repo
         self.revision = revision
         self.token = token
         self.state = state
+        self.patience = patience or Patience()
 
     def listing(self) -> Listing:
         raise NotImplementedError
@@ -433,6 +496,41 @@ class Source:
     def map_error(self, error: BaseException) -> FetchError | None:
         return None
 
+    def transient(self, error: BaseException) -> str | None:
+        """Why `error` is worth another try (a 5xx, a reset, a timeout), or None when it is not."""
+        return None
+
+    def retried(self, call: Callable[[], T], what: str, path: str | None = None) -> T:
+        """call(), again after a transient failure, at most patience.retries more times; then HubUnreachable
+        naming the endpoint, the request and what was tried."""
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except FetchError:
+                raise
+            except Exception as error:
+                why = transient_cause(error, self.transient)
+                if why is None:
+                    raise
+                if attempt >= self.patience.retries:
+                    raise unreachable_error(
+                        self.endpoint,
+                        f"{what} failed {attempt + 1} times (timeout {self.patience.timeout:g} s per attempt, "
+                        f"{self.patience.retries} retries with backoff), the last time with {why}",
+                    ) from error
+                attempt += 1
+                wait = backoff(attempt)
+                if path is not None:
+                    self.state.discard(path)  # what the retry resumes is counted again as resumed
+                self.state.retrying(what, why, attempt, wait)
+                print(
+                    f"retry {attempt}/{self.patience.retries} of {what} in {wait:.1f} s: {why}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                time.sleep(wait)
+
 
 class HuggingFaceSource(Source):
     name = "huggingface"
@@ -440,25 +538,38 @@ class HuggingFaceSource(Source):
     def listing(self) -> Listing:
         # Imported here, after set_client_env(): the client reads its endpoint at import time.
         from huggingface_hub import HfApi  # noqa: PLC0415
-        from huggingface_hub.hf_api import RepoFile  # noqa: PLC0415
 
         api = HfApi(endpoint=self.endpoint, token=self.token or False)
-        # GET /api/models/{repo}/revision/{rev} -> "sha" (hf_api.py:3202-3212), then the recursive
-        # tree at that commit, whose entries carry lfs.oid = sha256 and the git blob id (hf_api.py:713-717).
-        commit = api.model_info(self.repo, revision=self.revision).sha
-        if not commit:
+        # One request: GET /api/models/{repo}/revision/{rev}?blobs=true gives the commit ("sha") and every
+        # file with its size, git blob id and LFS sha256 (hf_api.py:3201-3214, siblings at :966-986).
+        # model_info takes a timeout and has no retry loop of its own, unlike list_repo_tree
+        # (utils/_pagination.py:41, http_backoff: 5 retries), so that self.retried() is the only one.
+        info = self.retried(
+            lambda: api.model_info(
+                self.repo, revision=self.revision, files_metadata=True, timeout=self.patience.timeout
+            ),
+            f"GET {self.endpoint}/api/models/{self.repo}/revision/{self.revision}",
+        )
+        if not info.sha:
             raise FetchError("RevisionNotFound", f"{self.endpoint} named no commit for revision {self.revision!r}")
-        files = []
-        for item in api.list_repo_tree(self.repo, revision=commit, recursive=True):
-            if isinstance(item, RepoFile):
-                sha256 = item.lfs.sha256 if item.lfs else None
-                files.append(RemoteFile(safe_relpath(item.path), item.size, sha256, item.blob_id))
-        return Listing(commit, tuple(files), self.name, self.repo, self.revision, self.endpoint)
+        siblings = [
+            {
+                "rfilename": f.rfilename,
+                "size": f.size,
+                "blobId": f.blob_id,
+                "lfs": {"sha256": f.lfs.sha256} if f.lfs else None,
+            }
+            for f in info.siblings or []
+        ]
+        return Listing(
+            info.sha, remote_files({"siblings": siblings}), self.name, self.repo, self.revision, self.endpoint
+        )
 
     def fetch(self, remote: RemoteFile, commit: str, staging: Path) -> Path:
         from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
         ByteCounter.state = self.state
+        adopt_partial(staging, remote)  # what an earlier attempt of this run (or a killed run) received
         part = staging / f"{remote.path}.part"
         if part.is_file() and 0 < part.stat().st_size < remote.size:
             return self.resume(remote, commit, part)
@@ -509,6 +620,17 @@ class HuggingFaceSource(Source):
                 tqdm_class=ByteCounter,
             )
         return part
+
+    def transient(self, error: BaseException) -> str | None:
+        import httpx2  # noqa: PLC0415 - huggingface_hub 2.4.0's HTTP library, present only in the venv
+        from huggingface_hub import errors  # noqa: PLC0415
+
+        if isinstance(error, errors.HfHubHTTPError) and error.response is not None:
+            status = error.response.status_code
+            return f"HTTP {status}" if status >= 500 or status in (408, 429) else None
+        if isinstance(error, httpx2.TransportError):  # timeouts, refused or reset connections, cut bodies
+            return f"{type(error).__name__}: {error}".rstrip(": ")
+        return None
 
     def map_error(self, error: BaseException | None) -> FetchError | None:
         # The client wraps some errors (file_download.py:1932-1966): the cause may be the telling one.
@@ -600,13 +722,25 @@ class ProgressCounter:
     program imports nothing of the client before set_client_env()."""
 
     state: State | None = None
+    # path -> bytes of the client's `.incomplete` partial when the download of that file began: the
+    # client reports them through update() before it resumes (_download.py:1872-1876), and they
+    # were received earlier (by a killed run, or by this run's failed attempt), not now.
+    on_disk: dict[str, int] = {}  # noqa: RUF012 - class-level, set by the source before each file
 
     def __init__(self, filename: str, file_size: int) -> None:
         self.path = filename
+        self.pending = self.on_disk.get(filename, 0)
 
     def update(self, size: int) -> None:
-        if self.state is not None and size:
-            self.state.received(self.path, int(size))
+        if self.state is None or not size:
+            return
+        size = int(size)
+        if size > 0 and self.pending:
+            resumed = min(size, self.pending)
+            self.pending -= resumed
+            size -= resumed
+        if size:
+            self.state.received(self.path, size)
 
     def end(self) -> None:
         pass
@@ -632,19 +766,28 @@ class ModelScopeSource(Source):
         import modelscope_hub as ms  # noqa: PLC0415
 
         api = self.hub_api
+        where = f"GET {self.endpoint}/api/v1/models/{self.repo}"
         try:
-            raw = api.legacy.list_repo_files(self.repo, "model", revision=self.revision, recursive=True)
+            raw = self.retried(
+                lambda: api.legacy.list_repo_files(self.repo, "model", revision=self.revision, recursive=True),
+                f"{where}/repo/files?Revision={self.revision}",
+            )
         except ms.NotExistError as error:
             # One answer for a missing repo and a missing revision: ask which.
-            if api.repo_exists(self.repo, "model"):
+            if self.retried(lambda: api.repo_exists(self.repo, "model"), where):
                 raise revision_error(self.endpoint, self.repo, self.revision) from error
             raise repo_error(self.endpoint, self.repo, bool(self.token)) from error
         blobs = [item for item in raw if (item.get("Type") or "blob") != "tree"]
-        files = tuple(RemoteFile(safe_relpath(b["Path"]), int(b["Size"]), b.get("Sha256") or None) for b in blobs)
+        files = remote_files({"Data": {"Files": blobs}})
         return Listing(ms_commit(self.revision, blobs), files, self.name, self.repo, self.revision, self.endpoint)
 
     def fetch(self, remote: RemoteFile, commit: str, staging: Path) -> Path:
         ProgressCounter.state = self.state
+        partial = staging / f"{remote.path}.incomplete"  # modelscope_hub _download.py:343-345
+        have = partial.stat().st_size if partial.is_file() else 0
+        ProgressCounter.on_disk[remote.path] = have if 0 < have <= remote.size else 0
+        if ProgressCounter.on_disk[remote.path]:
+            self.state.resumed(remote.path, have)
         # The client resumes its own `<file>.incomplete` with Range (_download.py:343-345, 1892),
         # so those partials are kept across runs (clean_leftovers). Its own sha256 check is left off:
         # ours follows, and one wrong body must not cost the client's backoff retries.
@@ -660,6 +803,20 @@ class ModelScopeSource(Source):
             progress_callbacks=[ProgressCounter],
         )
         return Path(path)
+
+    def transient(self, error: BaseException) -> str | None:
+        """modelscope_hub's classes for what passes (errors.py:263-332); its requests errors otherwise."""
+        import modelscope_hub as ms  # noqa: PLC0415
+        import requests  # noqa: PLC0415 - modelscope_hub's HTTP library, present only in the venv
+
+        if isinstance(error, ms.ServerError | ms.NetworkError | ms.RateLimitError):
+            return f"{type(error).__name__}: {error}"
+        if isinstance(error, requests.ConnectionError | requests.Timeout):
+            return f"{type(error).__name__}: {error}"
+        status = getattr(error, "status_code", None)
+        if isinstance(status, int) and (status >= 500 or status in (408, 429)):
+            return f"HTTP {status}"
+        return None
 
     def map_error(self, error: BaseException | None) -> FetchError | None:
         while error is not None:
@@ -709,7 +866,9 @@ class SeedSource(Source):
     def get(self, rel: str, headers: dict[str, str] | None = None) -> Any:
         url = f"{self.endpoint}/{urllib.parse.quote(rel)}"
         try:
-            return urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=SEED_TIMEOUT)
+            return urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers or {}), timeout=self.patience.timeout
+            )
         except urllib.error.HTTPError as error:
             if error.code == 404 and rel != MANIFEST:
                 raise FetchError("EntryNotFound", f"the seed {self.endpoint} does not serve {rel}") from error
@@ -729,10 +888,9 @@ class SeedSource(Source):
                 f"it holds {seed.get('repo')}@{seed.get('revision')} ({seed.get('commit')}), "
                 f"not {self.repo}@{self.revision}",
             )
-        files = tuple(RemoteFile(safe_relpath(f["path"]), int(f["size"]), f["sha256"]) for f in seed["files"])
         return Listing(
             seed["commit"],
-            files,
+            remote_files(seed["files"]),
             seed["source"],
             seed["repo"],
             seed["revision"],
@@ -790,15 +948,15 @@ SOURCES: dict[str, type[Source]] = {
 
 
 def pinned_listing(args: argparse.Namespace, manifest: dict[str, Any] | None) -> Listing | None:
-    """The manifest itself, when it already holds the pinned commit asked for: no hub request at all."""
+    """The manifest itself, when it already holds the pinned commit asked for and every file this run
+    selects (it was written with the same include/exclude, or with none): no hub request at all."""
     if not manifest or args.verify != "quick" or manifest.get("commit") != args.revision:
         return None
-    if not COMMIT_RE.match(args.revision):
+    if not COMMIT_RE.match(args.revision) or not covers(manifest, args.include, args.exclude):
         return None
-    files = tuple(RemoteFile(f["path"], int(f["size"]), f["sha256"]) for f in manifest["files"])
     return Listing(
         manifest["commit"],
-        files,
+        remote_files(manifest["files"]),
         manifest["source"],
         manifest["repo"],
         manifest["revision"],
@@ -807,14 +965,26 @@ def pinned_listing(args: argparse.Namespace, manifest: dict[str, Any] | None) ->
     )
 
 
-def trusted(remote: RemoteFile, entry: dict[str, Any] | None, stat: os.stat_result, commit: str) -> bool:
-    """Quick verify: the file is the one an earlier run hashed (same size and mtime) and is the listed one."""
-    if not entry or entry.get("size") != stat.st_size or entry.get("mtime") != stat.st_mtime:
-        return False
-    if remote.sha256:
-        return entry.get("sha256") == remote.sha256
-    # Small Hugging Face files are listed by git blob id only: same commit, or the id recorded.
-    return entry.get("commit") == commit or (remote.git_sha1 is not None and entry.get("git_sha1") == remote.git_sha1)
+def covers(manifest: dict[str, Any], include: list[str], exclude: list[str]) -> bool:
+    """Whether the manifest lists every file of its commit that include/exclude select (the same rule as
+    roles/model/vars/main.yml __model_manifest_covers, for the check tasks)."""
+    selection = (manifest.get("include"), manifest.get("exclude"))
+    return selection in (([], []), (list(include), list(exclude)))
+
+
+def on_disk(path: Path) -> dict[str, Any] | None:
+    """Size and mtime of a regular file, as the check's file_info lists them (a link or a directory: None)."""
+    try:
+        stat = path.lstat()
+    except OSError:
+        return None
+    if not path.is_file() or path.is_symlink():
+        return {"size": -1, "mtime": stat.st_mtime}  # there, but not a file the model can be: repaired
+    return {"size": stat.st_size, "mtime": stat.st_mtime}
+
+
+def as_plan_file(remote: RemoteFile) -> dict[str, Any]:
+    return {"path": remote.path, "size": remote.size, "sha256": remote.sha256, "git_sha1": remote.git_sha1}
 
 
 def check_file(  # noqa: PLR0913 - the facts one check needs
@@ -826,20 +996,21 @@ def check_file(  # noqa: PLR0913 - the facts one check needs
     full: bool,
     on_chunk: Callable[[int], None] | None = None,
 ) -> PlanEntry:
-    """keep (verified, by size+mtime or by hash), fetch (missing, or an older revision's verified
-    copy) or repair (anything else: truncated, altered, a symlink)."""
+    """The planner's decision (keep, fetch or repair: planner.file_action), then what only the box can
+    do: a file the planner cannot vouch for by size and mtime (repair), or every file with `full`, is
+    read, and kept when its content is the listed one."""
     path = local_dir / remote.path
-    try:
-        stat = path.lstat()
-    except OSError:
-        return PlanEntry(remote, "fetch")
-    unchanged = bool(entry) and entry.get("size") == stat.st_size and entry.get("mtime") == stat.st_mtime
-    if not full and trusted(remote, entry, stat, commit):
-        return PlanEntry(remote, "keep", {**entry, "path": remote.path} if entry else None)
-    if not full and unchanged and entry and remote.sha256 and entry.get("sha256") != remote.sha256:
-        return PlanEntry(remote, "fetch")  # the verified copy of an older revision: an update, not a repair
-    if not path.is_file() or path.is_symlink() or stat.st_size != remote.size:
-        return PlanEntry(remote, "fetch" if unchanged else "repair")
+    disk = on_disk(path)
+    action = planner.file_action(as_plan_file(remote), entry, disk, commit)
+    if action == "keep" and not full:
+        # A small file kept by its commit gets the git blob id the listing names, for the next branch move.
+        return PlanEntry(
+            remote,
+            "keep",
+            {**(entry or {}), "path": remote.path, "git_sha1": (entry or {}).get("git_sha1") or remote.git_sha1},
+        )
+    if disk is None or disk["size"] != remote.size or (action == "fetch" and not full):
+        return PlanEntry(remote, action)
     hashes = hash_file(path, on_chunk)
     if matches(remote, hashes):
         return PlanEntry(remote, "keep", entry_for(path, remote.path, hashes, commit))
@@ -899,23 +1070,27 @@ def check_disk(local_dir: Path, to_fetch: int, margin: int) -> None:
 # --------------------------------------------------------------------------- cleaning
 
 
-def adopt_hf_partials(local_dir: Path, plan: list[PlanEntry]) -> None:
-    """Move the Hugging Face client's partial of each file still to fetch to `<path>.part` in staging,
-    where HuggingFaceSource.resume() continues it. The client names a partial
+def adopt_partial(staging: Path, remote: RemoteFile) -> None:
+    """Move the Hugging Face client's partial of `remote` to `<path>.part` in staging, where
+    HuggingFaceSource.resume() continues it. The client names a partial
     `<hash>.<etag>.<uuid>.incomplete` (_local_folder.py:93-96, file_download.py:2004), and an LFS
-    file's etag is its sha256 (X-Linked-Etag), which the listing gives: the largest one is kept."""
-    staging = local_dir / STAGING
+    file's etag is its sha256 (X-Linked-Etag), which the listing gives: the largest one is kept.
+    Called at the start (a killed run's partials) and before each retry of a file (this run's)."""
     cache = staging / ".cache" / "huggingface" / "download"
-    if not cache.is_dir():
+    if not remote.sha256 or not cache.is_dir():
         return
+    partials = sorted(cache.rglob(f"*.{remote.sha256}.*.incomplete"), key=lambda p: p.stat().st_size)
+    target = staging / f"{remote.path}.part"
+    have = target.stat().st_size if target.is_file() else 0
+    if partials and have < partials[-1].stat().st_size < remote.size:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(partials[-1], target)
+
+
+def adopt_hf_partials(local_dir: Path, plan: list[PlanEntry]) -> None:
     for item in plan:
-        if item.action == "keep" or not item.remote.sha256:
-            continue
-        partials = sorted(cache.rglob(f"*.{item.remote.sha256}.*.incomplete"), key=lambda p: p.stat().st_size)
-        if partials and 0 < partials[-1].stat().st_size < item.remote.size:
-            target = staging / f"{item.remote.path}.part"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(partials[-1], target)
+        if item.action != "keep":
+            adopt_partial(local_dir / STAGING, item.remote)
 
 
 def clean_leftovers(local_dir: Path, keep: set[str]) -> None:
@@ -970,7 +1145,9 @@ def fetch_one(source: Source, listing: Listing, item: PlanEntry, local_dir: Path
         target.unlink(missing_ok=True)
     _CURRENT.path = remote.path
     for attempt in (1, 2):
-        staged = source.fetch(remote, listing.commit, staging)
+        staged = source.retried(
+            lambda: source.fetch(remote, listing.commit, staging), f"GET {remote.path}", path=remote.path
+        )
         hashes = hash_file(staged)
         if matches(remote, hashes):
             break
@@ -1019,10 +1196,14 @@ def read_token(source: str) -> str | None:
     return os.environ.get(name) or None
 
 
-def set_client_env(source: str, endpoint: str) -> None:
-    """The clients read these at import time (huggingface_hub constants.py:69, 343; modelscope_hub
-    config.py:129-133), so they are set before the first import."""
+def set_client_env(source: str, endpoint: str, timeout: float = API_TIMEOUT) -> None:
+    """The clients read these at import time (huggingface_hub constants.py:69, 310-314, 343; modelscope_hub
+    config.py:129-133, constants.py:570-760), so they are set before the first import. `timeout` bounds
+    each of their requests (connect, and each read of a body); retries are this program's (Source.retried)."""
+    seconds = str(max(1, math.ceil(timeout)))  # both clients read whole seconds
     if source == "huggingface":
+        # HEAD of each file (etag) and the GET of its body; model_info gets `timeout` itself.
+        os.environ["HF_HUB_ETAG_TIMEOUT"] = os.environ["HF_HUB_DOWNLOAD_TIMEOUT"] = seconds
         os.environ["HF_ENDPOINT"] = endpoint.rstrip("/")
         # Plain HTTP even where the hub offers Xet and hf_xet is installed (utils/_runtime.py:157-162):
         # one transfer path, resumable with Range, counted by the tqdm_class.
@@ -1034,6 +1215,12 @@ def set_client_env(source: str, endpoint: str) -> None:
         # Its byte bars are plain tqdm (modelscope_hub _download.py:1960-1967), which reads TQDM_*
         # defaults from the environment: the state file is the progress report, not the journal.
         os.environ["TQDM_DISABLE"] = "1"
+        for name in ("API_TIMEOUT", "API_CONNECT_TIMEOUT", "DOWNLOAD_TIMEOUT", "REPO_TREE_PAGE_TIMEOUT_SECONDS"):
+            os.environ[f"MODELSCOPE_{name}"] = seconds
+        # Its own retry layers off (1 is the least its API layer accepts, constants.py:343): one layer of
+        # retries, this program's, each shown in the state file.
+        os.environ["MODELSCOPE_API_MAX_RETRIES"] = "1"
+        os.environ["MODELSCOPE_DOWNLOAD_MAX_RETRIES"] = "0"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -1049,12 +1236,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--state", type=Path)
     parser.add_argument("--plan", action="store_true", help="print what would be fetched, change nothing")
     parser.add_argument("--disk-margin-bytes", type=int, default=DEFAULT_MARGIN)
-    return parser.parse_args(argv)
+    parser.add_argument("--api-timeout", type=float, default=API_TIMEOUT, help="seconds: connect/read timeout")
+    parser.add_argument("--retries", type=int, default=RETRIES, help="retries of a request after a transient failure")
+    args = parser.parse_args(argv)
+    if args.api_timeout <= 0 or args.retries < 0:
+        parser.error(f"--api-timeout {args.api_timeout} must be > 0 and --retries {args.retries} >= 0")
+    return args
 
 
 def get_listing(source: Source, args: argparse.Namespace, manifest: dict[str, Any] | None) -> Listing:
     listing = pinned_listing(args, manifest) or source.listing()
-    files = tuple(f for f in listing.files if selected(f.path, args.include, args.exclude) and f.path not in OWN_FILES)
+    files = tuple(f for f in listing.files if planner.selected(f.path, args.include, args.exclude))
     if not files:
         raise FetchError(
             "EntryNotFound",
@@ -1073,7 +1265,10 @@ def get_listing(source: Source, args: argparse.Namespace, manifest: dict[str, An
 
 def run(args: argparse.Namespace, state: State) -> int:
     local_dir: Path = args.local_dir.resolve()
-    source = SOURCES[args.source](args.endpoint, args.repo, args.revision, read_token(args.source), state)
+    patience = Patience(args.api_timeout, args.retries)
+    source = SOURCES[args.source](
+        args.endpoint, args.repo, args.revision, read_token(args.source), state, patience=patience
+    )
     manifest = load_manifest(local_dir, args.source, args.repo)
     try:
         listing = get_listing(source, args, manifest)
@@ -1081,13 +1276,15 @@ def run(args: argparse.Namespace, state: State) -> int:
         state.bytes_total = sum(f.size for f in listing.files)
         state.files_total = len(listing.files)
         state.phase = "checking"
-        known = known_entries(manifest, load_journal(local_dir))
+        known = planner.known_entries(manifest, load_journal(local_dir))
         plan = make_plan(local_dir, listing, known, args.verify == "full", state)
         to_fetch = sum(p.remote.size for p in plan if p.action != "keep")
         if args.plan:
             print(json.dumps(plan_output(listing, plan, free_bytes(local_dir), args.disk_margin_bytes)))
             return 0
         check_disk(local_dir, to_fetch, args.disk_margin_bytes)
+        if to_fetch:
+            check_writable(local_dir)
         local_dir.mkdir(parents=True, exist_ok=True)
         adopt_hf_partials(local_dir, plan)
         clean_leftovers(local_dir, resumable_names(plan))
@@ -1098,7 +1295,8 @@ def run(args: argparse.Namespace, state: State) -> int:
         if todo:
             state.phase = "downloading"
             kept += download(source, listing, todo, local_dir, state)
-        state.changed = write_manifest(local_dir, listing, kept) or state.changed
+        selection = {"include": args.include, "exclude": args.exclude}
+        state.changed = write_manifest(local_dir, listing, kept, selection) or state.changed
         shutil.rmtree(local_dir / STAGING, ignore_errors=True)
         state.phase = "done"
         return 0
@@ -1107,7 +1305,7 @@ def run(args: argparse.Namespace, state: State) -> int:
         raise
     except Exception as error:
         tidy_failed(local_dir)
-        mapped = source.map_error(error) or disk_error(error)
+        mapped = source.map_error(error) or disk_error(error, local_dir)
         if mapped is None:
             mapped = FetchError("Unexpected", f"{type(error).__name__}: {error}")
         raise mapped from error
@@ -1118,10 +1316,36 @@ def tidy_failed(local_dir: Path) -> None:
     shutil.rmtree(local_dir / STAGING / ".cache", ignore_errors=True)
 
 
-def disk_error(error: BaseException) -> FetchError | None:
+def disk_error(error: BaseException, local_dir: Path) -> FetchError | None:
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
         return FetchError("DiskFull", f"the disk filled up while writing: {error}. Free space or move model_local_dir.")
+    if isinstance(error, OSError) and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return not_writable(local_dir, error)
     return None
+
+
+def not_writable(local_dir: Path, error: OSError) -> FetchError:
+    what = "is on a read-only filesystem" if error.errno == errno.EROFS else "is not writable for this program"
+    return FetchError(
+        "NotWritable",
+        f"{local_dir} {what} ({errno.errorcode.get(error.errno or 0, '?')}: {error.strerror} on {error.filename}), "
+        "so no file could be placed there. Set model_local_dir to a writable directory, or make this one writable "
+        "(a read-only mount: remount it read-write; permissions: the download runs as root, so look for a "
+        "read-only bind mount, an immutable attribute (lsattr) or a network filesystem that maps root).",
+    )
+
+
+def check_writable(local_dir: Path) -> None:
+    """Before the first byte is fetched: the staging directory can be made and written in."""
+    probe = local_dir / STAGING / f".probe.{os.getpid()}"
+    try:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise not_writable(local_dir, error) from error
+        raise
 
 
 def on_sigterm(state: State) -> None:
@@ -1144,13 +1368,13 @@ def summary(state: State, seconds: float) -> str:
     return (
         f"done: commit {snap['commit']}, {snap['files_total']} files, {len(snap['fetched'])} fetched, "
         f"{len(snap['repaired'])} repaired, {snap['bytes_downloaded']} bytes downloaded in {seconds:.1f} s, "
-        f"changed={snap['changed']}"
+        f"{snap['retries']} retries, changed={snap['changed']}"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    set_client_env(args.source, args.endpoint)
+    set_client_env(args.source, args.endpoint, args.api_timeout)
     state = State(None if args.plan else args.state)
     began = time.monotonic()
     if not args.plan:

@@ -62,7 +62,7 @@ def test_matches_uses_sha256_when_listed_else_the_git_blob_id(tmp_path: Path):
     ],
 )
 def test_include_exclude_like_huggingface_hub(path, include, exclude, wanted):
-    assert fm.selected(path, include, exclude) is wanted
+    assert fm.planner.selected(path, include, exclude) is wanted
 
 
 @pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "a/../../b", ".sparkfleet-staging/x", ""])
@@ -126,13 +126,14 @@ def test_an_older_revisions_verified_file_is_an_update_not_a_repair(tmp_path: Pa
     assert fm.check_file(tmp_path, small_new, small_entry, COMMIT, full=False).action == "fetch"
 
 
-def test_small_files_are_trusted_by_commit_or_hashed(tmp_path: Path):
+def test_small_files_are_kept_by_commit_or_git_blob_id(tmp_path: Path):
     remote, entry = verified(tmp_path, b'{"a": 1}', "config.json", lfs=False)
-    assert fm.trusted(remote, entry, (tmp_path / "config.json").stat(), COMMIT)
-    # Another commit: the manifest has no git blob id to compare, so the file is hashed (it is small).
+    assert fm.check_file(tmp_path, remote, entry, COMMIT, full=False).action == "keep"
+    # Another commit (a branch moved): the manifest's git blob id says it is the same file, unread.
+    assert fm.check_file(tmp_path, remote, {**entry, "commit": OTHER}, COMMIT, full=False).action == "keep"
+    # An older manifest without the blob id: fetched (a few bytes), as the check, which cannot read it, plans.
     no_blob = {k: v for k, v in entry.items() if k != "git_sha1"}
-    assert not fm.trusted(remote, no_blob, (tmp_path / "config.json").stat(), OTHER)
-    assert fm.check_file(tmp_path, remote, no_blob, OTHER, full=False).action == "keep"
+    assert fm.check_file(tmp_path, remote, no_blob, OTHER, full=False).action == "fetch"
 
 
 def test_a_symlink_is_replaced_by_a_plain_file(tmp_path: Path):
@@ -147,9 +148,11 @@ def test_manifest_and_sums_are_rewritten_only_when_they_change(tmp_path: Path):
     assert fm.write_manifest(tmp_path, listing(), [entry]) is True
     manifest = json.loads((tmp_path / fm.MANIFEST).read_text())
     assert set(manifest) == {
-        "format", "source", "endpoint", "repo", "revision", "commit", "copied_from", "written_at", "files",
+        "format", "source", "endpoint", "repo", "revision", "commit", "include", "exclude", "copied_from",
+        "written_at", "files",
     }  # fmt: skip
-    assert manifest["files"] == [{k: entry[k] for k in ("path", "size", "sha256", "mtime")}]
+    assert manifest["files"] == [{k: entry[k] for k in ("path", "size", "sha256", "git_sha1", "mtime")}]
+    assert (manifest["include"], manifest["exclude"]) == ([], [])
     assert fm.write_manifest(tmp_path, listing(), [entry]) is False
     # Provenance alone (another endpoint, a seed) is no change to the copy in place.
     seeded = fm.Listing(COMMIT, (), "huggingface", "org/model", "main", "http://mirror", copied_from="http://seed")
@@ -175,7 +178,7 @@ def test_the_journal_of_an_interrupted_run_counts_as_verified(tmp_path: Path):
     _remote, entry = verified(tmp_path, b"weights")
     fm.journal_add(tmp_path, entry)
     (tmp_path / fm.STAGING / fm.JOURNAL).open("a").write('{"truncated line')
-    known = fm.known_entries(None, fm.load_journal(tmp_path))
+    known = fm.planner.known_entries(None, fm.load_journal(tmp_path))
     assert known["w.safetensors"]["sha256"] == entry["sha256"]
 
 
@@ -191,6 +194,10 @@ def test_a_pinned_commit_in_the_manifest_needs_no_listing(tmp_path: Path):
     assert fm.pinned_listing(args_for(revision="main"), manifest) is None  # a branch can move
     assert fm.pinned_listing(args_for(revision=OTHER), manifest) is None
     assert fm.pinned_listing(args_for(extra=["--verify", "full"]), manifest) is None
+    # A manifest written with a narrower selection does not list every file a wider one needs.
+    narrow = fm.manifest_body(listing(), [verified(tmp_path, b"w")[1]], {"include": ["*.json"], "exclude": []})
+    assert fm.pinned_listing(args_for(), narrow) is None
+    assert fm.pinned_listing(args_for(extra=["--include", "*.json"]), narrow).commit == COMMIT
 
 
 def test_plan_output_and_disk_check(tmp_path: Path):
@@ -221,12 +228,13 @@ def test_state_counts_bytes_rate_and_eta():
     state.received("a", -100)  # the client rewound a response that ignored Range
     state.placed("b", 200, repaired=True)
     snap = state.snapshot()
-    assert snap["bytes_done"] == 400 and snap["bytes_downloaded"] == 200
+    # The rewind drops bytes from the file, not from what arrived: 300 bytes crossed the network.
+    assert snap["bytes_done"] == 400 and snap["bytes_downloaded"] == 300
     assert snap["repaired"] == ["b"] and snap["changed"] is True and snap["files_done"] == 1
     assert snap["rate_bps"] == 0 and snap["eta_seconds"] is None  # one sample in 10 s: no rate yet
     state.samples = [(time.time() - 2, 0)]
     snap = state.snapshot()
-    assert 90 <= snap["rate_bps"] <= 110 and snap["eta_seconds"] > 0
+    assert 140 <= snap["rate_bps"] <= 160 and snap["eta_seconds"] > 0
 
 
 def test_state_file_is_written_while_running_and_at_the_end(tmp_path: Path, monkeypatch):

@@ -76,7 +76,8 @@ def shard(index: int, version: str) -> tuple[bytes, list[str]]:
 
 
 def model_commits() -> list[dict[str, bytes]]:
-    """Two commits: the second changes the last shard and config.json, nothing else."""
+    """Three commits: the second changes the last shard and config.json, nothing else; the third adds
+    extra/notes.json and removes generation_config.json."""
     shards = {v: [shard(i, v if i == SHARDS else "v1") for i in range(1, SHARDS + 1)] for v in ("v1", "v2")}
     commits = []
     for version, transformers in (("v1", "4.57.0"), ("v2", "4.57.1")):
@@ -102,6 +103,11 @@ def model_commits() -> list[dict[str, bytes]]:
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         files["model.safetensors.index.json"] = json.dumps(index, indent=2).encode() + b"\n"
         commits.append(files)
+    # A third commit, on branch `dev` only: a file added in a folder, a file removed, the rest as in v2
+    # (for plans across added and removed files, and `folder/` include patterns).
+    third = {path: data for path, data in commits[-1].items() if path != "generation_config.json"}
+    third["extra/notes.json"] = json.dumps({"note": "added in revision 3"}).encode() + b"\n"
+    commits.append(third)
     return commits
 
 
@@ -153,10 +159,11 @@ def generate(state_dir: Path) -> dict[str, Any]:
     blobs = state_dir / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
     model = build_repo(MODEL_REPO, model_commits(), blobs, gated=False)
-    c1, c2 = model["history"]
+    c1, c2, c3 = model["history"]
     # Branch and tag names: `main` on the Hugging Face Hub, `master` on ModelScope
     # (modelscope 1.40.0 modelscope/utils/constant.py:510 DEFAULT_MODEL_REVISION); the tag `v1` on both.
-    model["refs"] = {"branches": {"main": c2, "master": c2}, "tags": {"v1": c1}}
+    # `dev` is listed by neither hub's refs route (they list main / master), only resolved.
+    model["refs"] = {"branches": {"main": c2, "master": c2, "dev": c3}, "tags": {"v1": c1}}
     gated = build_repo(GATED_REPO, gated_commits(), blobs, gated=True)
     gated["refs"] = {"branches": {"main": gated["history"][-1], "master": gated["history"][-1]}, "tags": {}}
     result = {"generator": source_hash, "token": STANDIN_TOKEN, "repos": {MODEL_REPO: model, GATED_REPO: gated}}

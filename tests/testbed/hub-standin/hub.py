@@ -158,6 +158,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.pypi(parts)
         if parts[:1] == ["repos"] and len(parts) == 4:
             return self.cdn(path, parts[3])
+        if parts[:1] == ["api"]:
+            self.api_faults(parts[:2] == ["api", "v1"])
         if parts[:2] == ["api", "v1"]:
             return modelscope_api.route(self, parts[2:])
         if parts[:2] == ["api", "models"] and len(parts) >= 4:
@@ -267,8 +269,20 @@ class Handler(BaseHTTPRequestHandler):
                         return meta
         raise HubError(404, None, "NoSuchKey")
 
+    # ------------------------------------------------------------ transient faults
+    def api_faults(self, modelscope: bool) -> None:
+        """A stalled API (the connection is open, no byte comes) and one-off 503s."""
+        faults = self.state.faults
+        if faults.stall_api_seconds:
+            time.sleep(faults.stall_api_seconds)
+        if faults.take_api_503():
+            raise unavailable(modelscope)
+
     # ------------------------------------------------------------ file bodies with Range and faults
     def send_file(self, meta: dict[str, Any], weight: bool, honour_range: bool = True) -> None:
+        if self.method == "GET" and self.state.faults.file_503_once and self.state.faults.first_time(
+                "file_503_once", meta["sha256"]):
+            raise unavailable(self.path.startswith("/api/v1/"))
         size = meta["size"]
         start, end = 0, size - 1
         status = 200
@@ -290,6 +304,10 @@ class Handler(BaseHTTPRequestHandler):
     def stream(self, path: Path, start: int, stop: int, weight: bool) -> None:
         faults = self.state.faults
         began = time.monotonic()
+        cut_at = faults.cut_after_bytes if weight else None
+        if weight and cut_at is None and faults.cut_once_after_bytes is not None and faults.first_time(
+                "cut_once_after_bytes", path.name):
+            cut_at = faults.cut_once_after_bytes  # this file's first transfer
         with path.open("rb") as source:
             source.seek(start)
             offset = start
@@ -297,8 +315,8 @@ class Handler(BaseHTTPRequestHandler):
                 chunk_size = min(CHUNK, stop - offset)
                 if weight and faults.throttle_bps:
                     chunk_size = min(chunk_size, max(1024, faults.throttle_bps // 10))
-                if weight and faults.cut_after_bytes is not None:
-                    chunk_size = min(chunk_size, max(faults.cut_after_bytes - self.sent, 0))
+                if cut_at is not None:
+                    chunk_size = min(chunk_size, max(cut_at - self.sent, 0))
                     if chunk_size == 0:
                         return self.cut()
                 chunk = source.read(chunk_size)
@@ -362,9 +380,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.state.faults.update(json.loads(self.read_body() or b"{}"))
             except (ValueError, AttributeError) as error:
                 raise HubError(400, None, str(error)) from error
-            return self.send_json(vars(self.state.faults))
+            return self.send_json(self.state.faults.switches())
         if what == "faults" and method == "GET":
-            return self.send_json(vars(self.state.faults))
+            return self.send_json(self.state.faults.switches())
         if what == "requests" and method == "GET":
             with self.state.lock:
                 log = [dict(entry) for entry in self.state.log]
@@ -377,6 +395,15 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json({"token": self.state.token, "cdn_base": self.state.cdn_base,
                                    "repos": self.state.repos})
         raise HubError(404, None, "Not Found")
+
+
+def unavailable(modelscope: bool) -> HubError:
+    """503 as a hub whose backend is away answers it: the Hub's error body (read by huggingface_hub
+    2.4.0 utils/_http.py:1034-1057 into HfHubHTTPError), ModelScope's envelope (modelscope_hub 0.5.1
+    errors.py:470-484 makes a 5xx a ServerError)."""
+    if modelscope:
+        return modelscope_api.ms_error(503, "Service Unavailable")
+    return HubError(503, None, "Service Unavailable")
 
 
 def normalize(name: str) -> str:

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 URL_LIFETIME = 3600
@@ -28,14 +28,40 @@ class HubError(Exception):
 
 @dataclass
 class Faults:
+    """The fault switches (POST /_standin/faults). The transient ones model what a WAN and a busy hub do
+    now and then: an API that accepts the connection and never answers, a one-off 503 from the API or
+    from the CDN (CloudFront and the Hub's load balancer answer 503 when a backend is away), a
+    connection reset in the middle of a file."""
+
     throttle_bps: int | None = None
     cut_after_bytes: int | None = None
     corrupt: bool = False
     require_token: bool = False
+    # Every API request (/api/...) waits this long before its first byte: a stalled API.
+    stall_api_seconds: int | None = None
+    # The next N API requests answer 503 (then the API answers again).
+    api_503_count: int | None = None
+    # The first GET of each file's body (small files and weights, HF and ModelScope, resolve and CDN)
+    # answers 503; the next GET of the same file is served.
+    file_503_once: bool = False
+    # The first transfer of each weight file is cut (connection closed) after N body bytes; the next is whole.
+    cut_once_after_bytes: int | None = None
+    # What the one-off faults already hit (sha256 of the file): not a switch, not in the answers.
+    _hit: dict[str, set[str]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    KINDS: ClassVar[dict[str, type]] = {
+        "throttle_bps": int, "cut_after_bytes": int, "corrupt": bool, "require_token": bool,
+        "stall_api_seconds": int, "api_503_count": int, "file_503_once": bool, "cut_once_after_bytes": int,
+        "reset": bool,
+    }
+
+    def switches(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self.KINDS if key != "reset"}
 
     def update(self, body: dict[str, Any]) -> None:
         """Applies a POST /_standin/faults body; a typo or a wrong type is refused, not ignored."""
-        kinds = {"throttle_bps": int, "cut_after_bytes": int, "corrupt": bool, "require_token": bool, "reset": bool}
+        kinds = self.KINDS
         unknown = sorted(set(body) - set(kinds))
         if unknown:
             raise ValueError(f"unknown fault switch(es) {unknown}: expected {sorted(kinds)}")
@@ -44,12 +70,32 @@ class Faults:
             wrong = not isinstance(value, kinds[key]) or (kinds[key] is int and isinstance(value, bool))
             if value is not None and wrong:
                 raise ValueError(f"{key}: expected {kinds[key].__name__} or null, got {value!r}")
-        if body.get("reset"):
-            self.throttle_bps = self.cut_after_bytes = None
-            self.corrupt = self.require_token = False
-        for key, value in body.items():
-            if key != "reset":
-                setattr(self, key, bool(value) if kinds[key] is bool else value)
+        with self._lock:
+            if body.get("reset"):
+                for key, kind in kinds.items():
+                    if key != "reset":
+                        setattr(self, key, False if kind is bool else None)
+                self._hit.clear()
+            for key, value in body.items():
+                if key != "reset":
+                    setattr(self, key, bool(value) if kinds[key] is bool else value)
+
+    def take_api_503(self) -> bool:
+        """True for each of the next api_503_count API requests."""
+        with self._lock:
+            if not self.api_503_count:
+                return False
+            self.api_503_count -= 1
+            return True
+
+    def first_time(self, fault: str, sha256: str) -> bool:
+        """True the first time `fault` meets the file `sha256` (then never again until a reset)."""
+        with self._lock:
+            hit = self._hit.setdefault(fault, set())
+            if sha256 in hit:
+                return False
+            hit.add(sha256)
+            return True
 
 
 @dataclass

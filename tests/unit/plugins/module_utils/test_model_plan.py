@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan import (
@@ -13,6 +15,7 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan impo
     normalize_listing,
     plan,
     progress_line,
+    selected,
 )
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
@@ -54,9 +57,17 @@ def actions(result: dict) -> dict:
 
 def test_both_listings_normalize_to_files_with_their_sha256():
     hf = normalize_listing(HF_TREE)
-    assert [(f["path"], f["size"], f["sha256"]) for f in hf] == [
-        ("config.json", 243, None), ("model-00001-of-00002.safetensors", 1000, SHA_A),
-        ("model-00002-of-00002.safetensors", 2000, SHA_B)]
+    assert [(f["path"], f["size"], f["sha256"], f["git_sha1"]) for f in hf] == [
+        ("config.json", 243, None, "1" * 40), ("model-00001-of-00002.safetensors", 1000, SHA_A, None),
+        ("model-00002-of-00002.safetensors", 2000, SHA_B, None)]
+    # The same files as model info with blobs=true lists them (one request: commit and files).
+    siblings = {"sha": COMMIT, "siblings": [
+        {"rfilename": "config.json", "size": 243, "blobId": "1" * 40},
+        {"rfilename": "model-00001-of-00002.safetensors", "size": 1000, "blobId": "3" * 40,
+         "lfs": {"sha256": SHA_A, "size": 1000}},
+        {"rfilename": "model-00002-of-00002.safetensors", "size": 2000, "blobId": "4" * 40,
+         "lfs": {"sha256": SHA_B, "size": 2000}}]}
+    assert normalize_listing(siblings) == hf
     ms = normalize_listing(MS_FILES)
     expected = [("config.json", "c" * 64), ("model-00001-of-00002.safetensors", SHA_A)]
     assert [(f["path"], f["sha256"]) for f in ms] == expected
@@ -101,6 +112,44 @@ def test_a_new_commit_fetches_changed_weights_and_small_files_without_a_sha256()
                    "model-00002-of-00002.safetensors": "fetch"}
 
 
+def test_a_moved_branch_keeps_small_files_by_their_git_blob_id():
+    """The manifest keeps each small file's git blob id: a new commit that did not change config.json
+    keeps it, one that did fetches it; the program decides with the same function."""
+    recorded = manifest()
+    recorded["files"][0]["git_sha1"] = "1" * 40
+    tree = [dict(e) for e in HF_TREE]
+    tree[3] = {**tree[3], "lfs": {"oid": "d" * 64, "size": 2000}}
+    box = {"manifest": recorded, "found": found(), "local_dir": DIR}
+    assert actions(plan(tree, "e" * 40, box)) == {
+        "config.json": "keep", "model-00001-of-00002.safetensors": "keep", "model-00002-of-00002.safetensors": "fetch"}
+    tree[0] = {**tree[0], "oid": "5" * 40}
+    assert actions(plan(tree, "e" * 40, box))["config.json"] == "fetch"
+
+
+def test_a_folder_pattern_selects_the_folder_as_huggingface_hub_reads_it():
+    """`subdir/` means `subdir/*` (huggingface_hub utils/_paths.py:180-184), in the check as in the program."""
+    tree = [*HF_TREE, {"type": "file", "path": "original/consolidated.pth", "size": 7, "oid": "6" * 40}]
+    assert sorted(actions(plan(tree, COMMIT, {"include": ["original/"]}))) == ["original/consolidated.pth"]
+    assert "original/consolidated.pth" not in actions(plan(tree, COMMIT, {"exclude": ["original/"]}))
+    assert selected("original/consolidated.pth", ["original/"], []) is True
+    assert selected("SHA256SUMS", [], []) is False
+
+
+def test_the_journal_of_an_interrupted_run_counts_as_verified():
+    """Files a killed run verified and placed are in its journal, not yet in a manifest: kept, as the program does."""
+    journal = json.dumps({"path": "model-00002-of-00002.safetensors", "size": 2000, "sha256": SHA_B, "mtime": 12.0,
+                          "commit": COMMIT}) + "\n" + '{"path": "cut'
+    box = {"journal": journal, "found": found(), "local_dir": DIR}
+    got = actions(plan(HF_TREE, COMMIT, box))
+    assert got["model-00002-of-00002.safetensors"] == "keep"
+    assert got["model-00001-of-00002.safetensors"] == "repair"  # on disk, never verified: read first by the run
+
+
+def test_published_sizes():
+    result = plan(HF_TREE, COMMIT, {})
+    assert result["weights_bytes"] == 3000 and result["bytes_total"] == 3243
+
+
 def test_include_and_exclude_select_by_glob_and_the_role_files_never_count():
     tree = [*HF_TREE, {"type": "file", "path": "SHA256SUMS", "size": 5}]
     result = plan(tree, COMMIT, {"include": ["*.safetensors", "*.json"], "exclude": ["model-00002-*"]})
@@ -120,4 +169,6 @@ def test_progress_line_and_units():
     assert line == ("model: spark-1: downloading 512.0 MiB / 1.0 GiB (50.0%), 50.0 MiB/s, ETA 10s, "
                     "files 3/9, 1m01s elapsed")
     assert progress_line("s", {}, 0).startswith("model: s: starting ? / ? (?%), ?/s, ETA ?")
+    retried = {**state, "retries": 2, "last_retry": {"what": "GET config.json", "why": "HTTP 503"}}
+    assert progress_line("spark-1", retried, 61).endswith(", 2 retried (GET config.json: HTTP 503)")
     assert human_bytes(1023) == "1023 B" and human_seconds(3725) == "1h02m05s" and human_seconds(None) == "?"
