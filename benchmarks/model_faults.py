@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """The model download program against the stand-in hub's transient faults: how long a stalled API
 takes to end in a typed error, and whether (and how fast) a download with one 503 per file completes.
 
