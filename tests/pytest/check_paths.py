@@ -82,8 +82,8 @@ def check_play_files() -> set[TaskFile]:
 def check_play_imports() -> dict[str, str]:
     """role -> the entry point the check play imports it with."""
     play = load(ROOT / "playbooks/check.yml")[0]
-    return {role_name(t["ansible.builtin.import_role"]["name"]): t["ansible.builtin.import_role"].get("tasks_from", "main")
-            for t in play["tasks"]}
+    specs = [task["ansible.builtin.import_role"] for task in play["tasks"]]
+    return {role_name(spec["name"]): spec.get("tasks_from", "main") for spec in specs}
 
 
 def site_roles() -> list[str]:

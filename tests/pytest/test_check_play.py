@@ -5,7 +5,7 @@
 - every assert or fail a role runs in site.yml on a role variable is on the check play's path
   too, or is listed below as needing the box as the roles leave it (guard: a new check that the
   check play does not run fails here);
-- every variable checked on that path has a bad value in molecule/default/refusals.yml, which
+- every variable checked on that path has a bad value in molecule/default/files/refusals.yml, which
   the default scenario feeds to site.yml on a fresh simulated Spark (refused in the check play,
   with the message, changed=0), or a reason in its `not_refusable`;
 - the firewall's input check refuses what its plan refuses, without the box.
@@ -17,7 +17,6 @@ import importlib.util
 
 import pytest
 import yaml
-
 from check_paths import (
     ROOT,
     check_play_files,
@@ -48,14 +47,14 @@ NEEDS_THE_BOX = {
     "vllm_image_pull": "whether the image is in the box's Docker engine after the docker role ran",
     "watchdog_python": "whether the interpreter exists on the box and systemd runs (one file_info call)",
 }
-REFUSALS = load(ROOT / "molecule/default/refusals.yml")
+REFUSALS = load(ROOT / "molecule/default/files/refusals.yml")
 
 
 def test_check_play_runs_every_site_role_first() -> None:
     imports = check_play_imports()
     assert [role for role in site_roles() if role not in imports] == []
     plays = load(ROOT / "playbooks/site.yml")
-    assert plays[0] == {"name": "Check every box before anything changes", "ansible.builtin.import_playbook": "check.yml"}
+    assert plays[0]["ansible.builtin.import_playbook"] == "check.yml"
 
 
 @pytest.mark.parametrize("role", site_roles())
@@ -82,7 +81,7 @@ def test_every_checked_variable_has_a_bad_value_in_the_refusal_cases() -> None:
     on_path = set(checked_variables(check_play_files(), conditions_only=True)) - set(NEEDS_THE_BOX)
     covered = {name for case in REFUSALS["cases"] for name in case["set"]}
     excused = set(REFUSALS["not_refusable"])
-    assert sorted(on_path - covered - excused) == [], "add a case to molecule/default/refusals.yml"
+    assert sorted(on_path - covered - excused) == [], "add a case to molecule/default/files/refusals.yml"
     assert sorted(covered & excused) == []
     assert sorted((covered | excused) - set(role_options())) == [], "cases name variables no role has"
 

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,7 @@ def main(box: str, scenario_inventory: str, project: str, work: str) -> int:
     hosts_file.write_text(yaml.safe_dump(inventory(box, cases)), encoding="utf-8")
     before = fingerprint(box)
     env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
+    started = time.monotonic()
     run = subprocess.run(
         ["ansible-playbook", "-i", scenario_inventory, "-i", str(hosts_file), "--limit", "refuse-*",
          "--forks", "20", f"{project}/site.yml"],
@@ -96,6 +98,7 @@ def main(box: str, scenario_inventory: str, project: str, work: str) -> int:
         print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
         return 1
     problems = check(cases, report)
+    print(f"site.yml with {len(cases)} hosts took {time.monotonic() - started:.0f} s")
     after = fingerprint(box)
     if after != before:
         problems.append(f"{box} changed:\n--- before\n{before}\n--- after\n{after}")
