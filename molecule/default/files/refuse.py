@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Runs site.yml once with one bad value per inventory host and checks every refusal.
 
 Each case of refusals.yml becomes a host of its own that reaches the same fresh simulated
