@@ -1,12 +1,14 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Filter of the firewall role: its variables and its probe of the box -> the ufw rules and the steps
-left to apply (sparkfleet.serving.firewall_plan)."""
+"""Filters of the firewall role: its variables and its probe of the box -> the ufw rules and the steps
+left to apply (sparkfleet.serving.firewall_plan) or, without the box, what is wrong with the variables
+(firewall_input_errors)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
@@ -14,18 +16,28 @@ from ansible.errors import AnsibleFilterError
 # one filter of the collection, ansible-core imports every filter file of it (see ruff.toml).
 
 
-def firewall_plan(data: object) -> dict:
-    """The role's inputs -> {"errors": [...]} or the plan (see plugins/plugin_utils/firewall_plan.py)."""
-    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_plan import plan
+def _planner(name: str, data: object, what: str) -> Any:
+    """Calls plugins/plugin_utils/firewall_plan.py's function `name` with the role's inputs."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils import firewall_plan as planner
 
     if not isinstance(data, Mapping):
-        raise AnsibleFilterError(f"firewall_plan: expected a dict of the role's inputs, found {type(data).__name__}")
+        raise AnsibleFilterError(f"{what}: expected a dict of the role's inputs, found {type(data).__name__}")
     try:
-        return plan(dict(data))
+        return getattr(planner, name)(dict(data))
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise AnsibleFilterError(f"firewall_plan: {exc}") from exc
+        raise AnsibleFilterError(f"{what}: {exc}") from exc
+
+
+def firewall_plan(data: object) -> dict:
+    """The role's inputs -> {"errors": [...]} or the plan (see plugins/plugin_utils/firewall_plan.py)."""
+    return _planner("plan", data, "firewall_plan")
+
+
+def firewall_input_errors(data: object) -> list[str]:
+    """The role's variables alone -> what firewall_plan would refuse in them, whatever the box says."""
+    return _planner("input_errors", data, "firewall_input_errors")
 
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"firewall_plan": firewall_plan}
+        return {"firewall_plan": firewall_plan, "firewall_input_errors": firewall_input_errors}

@@ -111,7 +111,8 @@ def connection(env: str) -> tuple[str, int | None]:
     return "", None
 
 
-def ssh_plan(data: dict[str, Any], errors: list[str]) -> tuple[list[int], list[Network]]:
+def ssh_plan(data: dict[str, Any], errors: list[str], box: bool = True) -> tuple[list[int], list[Network]]:
+    """The SSH ports and sources; box=False checks the variables alone (no probe of the box to find the port)."""
     client, conn_port = connection(data.get("ssh_connection") or "")
     configured = data.get("ssh_port") or 0
     if configured:
@@ -119,7 +120,7 @@ def ssh_plan(data: dict[str, Any], errors: list[str]) -> tuple[list[int], list[N
         ports = [port] if port else []
     else:
         ports = sorted(set(sshd_ports(data.get("sshd_output") or "")) | ({conn_port} if conn_port else set()))
-    if not ports and not errors:
+    if box and not ports and not errors:
         errors.append(
             "Cannot establish the SSH rule, so ufw is NOT enabled (it would drop SSH): the connection "
             f"({data.get('connection') or 'unknown'}) gives no SSH port (no SSH_CONNECTION on the box) and "
@@ -233,15 +234,8 @@ def steps(data: dict[str, Any], state: dict[str, Any], rules: list[dict[str, str
     return todo
 
 
-def ssh_comments(rules: list[dict[str, str]]) -> list[str]:
-    return [r["comment"] for r in rules if r["comment"].startswith(f"{MARKER}: ssh ")]
-
-
-def plan(data: dict[str, Any]) -> dict[str, Any]:
-    errors: list[str] = []
-    state = read_probe(data.get("probe") or {}, errors)
-    data = {**data, **{key: state[key] for key in ("ssh_connection", "sshd_output", "sshd_error")}}
-    ssh_ports, ssh_sources = ssh_plan(data, errors)
+def parse_inputs(data: dict[str, Any], errors: list[str]) -> tuple[Any, ...]:
+    """The API port and sources, the fleet's ports and the extra rules, each checked."""
     api_port = parse_port(data.get("api_port"), "firewall_api_port", errors)
     api_sources = networks(data.get("api_sources"), "firewall_api_sources", errors)
     fleet_ports = [(parse_ports(p.get("port"), "firewall_fleet_ports", errors), p.get("proto", "tcp"))
@@ -261,6 +255,32 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
         origin = item.get("from", "any")
         source = None if str(origin) == "any" else parse_network(origin, f"{what}.from", errors)
         extra.append((action, port, proto, source))
+    return api_port, api_sources, fleet_ports, extra
+
+
+def input_errors(data: dict[str, Any]) -> list[str]:
+    """What plan() refuses in the role's variables, whatever the box says: no probe needed.
+
+    playbooks/check.yml runs this (the role's tasks/check.yml) before any role changes a box;
+    what depends on the box (the SSH port it listens on, the connection's own address when
+    firewall_controller_address is empty, the fleet's addresses) is left to plan().
+    """
+    errors: list[str] = []
+    ssh_plan(data, errors, box=False)
+    parse_inputs(data, errors)
+    return errors
+
+
+def ssh_comments(rules: list[dict[str, str]]) -> list[str]:
+    return [r["comment"] for r in rules if r["comment"].startswith(f"{MARKER}: ssh ")]
+
+
+def plan(data: dict[str, Any]) -> dict[str, Any]:
+    errors: list[str] = []
+    state = read_probe(data.get("probe") or {}, errors)
+    data = {**data, **{key: state[key] for key in ("ssh_connection", "sshd_output", "sshd_error")}}
+    ssh_ports, ssh_sources = ssh_plan(data, errors)
+    api_port, api_sources, fleet_ports, extra = parse_inputs(data, errors)
     fleet = fleet_addresses(data, errors)
     if errors:
         return {"errors": errors}

@@ -1,0 +1,136 @@
+"""The check play (playbooks/check.yml) runs every role's checks before any role changes a box.
+
+- every role of site.yml is in the check play, through an entry point with the same options
+  as the role's main one (the argument spec is validated there), before the provisioning play;
+- every assert or fail a role runs in site.yml on a role variable is on the check play's path
+  too, or is listed below as needing the box as the roles leave it (guard: a new check that the
+  check play does not run fails here);
+- every variable checked on that path has a bad value in molecule/default/files/refusals.yml, which
+  the default scenario feeds to site.yml on a fresh simulated Spark (refused in the check play,
+  with the message, changed=0), or a reason in its `not_refusable`;
+- the firewall's input check refuses what its plan refuses, without the box.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import yaml
+from check_paths import (
+    ROOT,
+    check_play_files,
+    check_play_imports,
+    checked_variables,
+    load,
+    role_options,
+    site_files,
+    site_roles,
+)
+
+# Loaded from its file, as tests/pytest/test_firewall_plan.py does (no collection path needed).
+_spec = importlib.util.spec_from_file_location("firewall_plan", ROOT / "plugins/plugin_utils/firewall_plan.py")
+assert _spec and _spec.loader
+firewall_plan = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(firewall_plan)
+input_errors, plan = firewall_plan.input_errors, firewall_plan.plan
+
+# Checks in site.yml's roles that need the box as it is then (not only the variables), and why
+# the check play cannot make them before anything changes.
+NEEDS_THE_BOX = {
+    "common_role": "the role's name in the OS check's message; the preflight role checks the OS first",
+    "docker_daemon_config_path": "the daemon.json on the box must be valid JSON: the probe reads it",
+    "firewall_sshd_binary": "the SSH port comes from `sshd -T` on the box (tasks/plan.yml)",
+    "firewall_fleet_hosts": "the fleet's addresses come from each host's facts (tasks/plan.yml)",
+    "vllm_flush_page_cache_required": "whether the box can flush its page cache, asked when it must",
+    "vllm_image": "whether the image is in the box's Docker engine after the docker role ran",
+    "vllm_image_pull": "whether the image is in the box's Docker engine after the docker role ran",
+    "watchdog_python": "whether the interpreter exists on the box and systemd runs (one file_info call)",
+}
+REFUSALS = load(ROOT / "molecule/default/files/refusals.yml")
+
+
+def test_check_play_runs_every_site_role_first() -> None:
+    imports = check_play_imports()
+    assert [role for role in site_roles() if role not in imports] == []
+    plays = load(ROOT / "playbooks/site.yml")
+    assert plays[0]["ansible.builtin.import_playbook"] == "check.yml"
+
+
+@pytest.mark.parametrize("role", site_roles())
+def test_check_entry_point_validates_the_main_options(role: str) -> None:
+    """The argument spec is validated in the check play: its entry point has main's options."""
+    entry = check_play_imports()[role]
+    assert entry == "check", f"{role} is imported with tasks_from {entry!r}, expected its check entry point"
+    specs = load(ROOT / "roles" / role / "meta/argument_specs.yml")["argument_specs"]
+    assert specs["check"]["options"] == specs["main"]["options"]
+
+
+def test_every_check_of_site_is_on_the_check_play_path() -> None:
+    on_path = checked_variables(check_play_files())
+    in_site = checked_variables(site_files())
+    missing = {name: where for name, where in in_site.items() if name not in on_path and name not in NEEDS_THE_BOX}
+    assert missing == {}, (
+        "role variables checked in site.yml's roles but not by playbooks/check.yml (move the check into the role's "
+        f"tasks/check.yml, or list the variable in NEEDS_THE_BOX with the reason): {missing}"
+    )
+    assert sorted(set(NEEDS_THE_BOX) - set(in_site)) == [], "NEEDS_THE_BOX names checks that no longer exist"
+
+
+def test_every_checked_variable_has_a_bad_value_in_the_refusal_cases() -> None:
+    on_path = set(checked_variables(check_play_files(), conditions_only=True)) - set(NEEDS_THE_BOX)
+    covered = {name for case in REFUSALS["cases"] for name in case["set"]}
+    excused = set(REFUSALS["not_refusable"])
+    assert sorted(on_path - covered - excused) == [], "add a case to molecule/default/files/refusals.yml"
+    assert sorted(covered & excused) == []
+    assert sorted((covered | excused) - set(role_options())) == [], "cases name variables no role has"
+
+
+@pytest.mark.parametrize("case", REFUSALS["cases"], ids=lambda case: ",".join(case["set"]))
+def test_refusal_cases_set_values_of_the_right_type(case: dict) -> None:
+    """A case tests a check beyond the type: its values have the type the spec declares."""
+    kinds = {"int": int, "float": (int, float), "str": str, "path": str, "list": list, "dict": dict, "bool": bool,
+             "raw": object}
+    for name, value in case["set"].items():
+        kind = role_options()[name]["type"]
+        assert isinstance(value, kinds[kind]), f"{name}: {value!r} is not a {kind}"
+
+
+FIREWALL_SETTINGS = {"ssh_port": 0, "ssh_sources": [], "ssh_limit": False, "controller_address": "",
+                     "api_port": 8000, "api_sources": [], "fleet_ports": [], "extra_rules": []}
+
+
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        ({"api_sources": ["10.251.71.0/24", "10.0.0.0/33"]}, "firewall_api_sources: '10.0.0.0/33' is not a network"),
+        ({"api_sources": ["10.0.0.1/24"]}, "did you mean 10.0.0.0/24?"),
+        ({"api_port": 0}, "firewall_api_port: 0 is not a port number"),
+        ({"ssh_port": "22a"}, "firewall_ssh_port: '22a' is not a port number"),
+        ({"fleet_ports": [{"port": 9000, "proto": "sctp"}]}, "proto 'sctp' is not one of tcp, udp, any"),
+        ({"extra_rules": [{"port": "80:70"}]}, "range '80:70' must go from a lower to a higher port"),
+        ({"extra_rules": [{"port": 80, "from": "lan"}]}, "firewall_extra_rules[0].from: 'lan' is not a network"),
+        ({"ssh_sources": ["10.0.0.0/8"], "controller_address": "192.168.1.5"}, "does not include the controller's"),
+    ],
+)
+def test_firewall_input_errors_refuse_what_the_plan_refuses(change: dict, expect: str) -> None:
+    settings = {**FIREWALL_SETTINGS, **change}
+    errors = input_errors(settings)
+    assert any(expect in error for error in errors), errors
+    with_box = {**settings, "ssh_connection": "10.0.0.9 50000 10.0.0.2 22", "sshd_output": "port 22\n"}
+    assert plan(with_box)["errors"] == errors
+
+
+def test_firewall_input_errors_leave_the_box_to_the_plan() -> None:
+    """Without the box the SSH port is unknown: that is the plan's to refuse, not the input check's."""
+    assert input_errors(FIREWALL_SETTINGS) == []
+    assert "Cannot establish the SSH rule" in plan(FIREWALL_SETTINGS)["errors"][0]
+
+
+def test_firewall_settings_are_the_plan_inputs_that_are_variables() -> None:
+    """vars/main.yml: the check reads exactly the plan's inputs that come from firewall_* variables."""
+    variables = load(ROOT / "roles/firewall/vars/main.yml")
+    settings, plan_input = variables["__firewall_settings"], variables["__firewall_input"]
+    assert {key: value for key, value in plan_input.items() if key in settings} == settings
+    from_variables = {key for key, value in plan_input.items() if "{{ firewall_" in yaml.safe_dump(value)}
+    assert from_variables - set(settings) == {"sshd_binary"}

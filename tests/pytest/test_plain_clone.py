@@ -1,0 +1,134 @@
+"""A plain clone runs the fleet's playbooks with only what the README asks of a laptop.
+
+README, "Requirements" and "Inventory and vault": `git clone`, `pip install ansible` in a
+virtual environment, `cp -r inventories/example spark`; no make, no root, nothing in
+~/.ansible. The clone is of this repository's committed tree (what a user clones), the
+virtual environment is new (pip's download cache is the user's), HOME is an empty directory
+and no ANSIBLE_* variable is passed on. Then every fleet playbook passes --syntax-check, and
+site.yml runs in check mode over SSH against a simulated Spark (tests/testbed) that
+molecule/resources/prepare-vllm.yml prepared, with the stand-in model hub beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = ["site.yml", "playbooks/status.yml", "playbooks/rollout.yml", "playbooks/benchmark.yml"]
+# Names of this test's own: Molecule scenarios and benchmarks use others.
+BOX, HUB, NETWORK = "plain-clone-spark", "plain-clone-hub", "plain-clone-net"
+RECAP_FAILED = "failed=0"
+
+
+@dataclass
+class Laptop:
+    clone: Path
+    env: dict[str, str]
+
+    def playbook(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ansible-playbook", *args], cwd=self.clone, env=self.env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+
+
+def run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    return subprocess.run(argv, check=True, text=True, stdout=subprocess.PIPE, cwd=cwd, env=env).stdout
+
+
+@pytest.fixture(scope="module")
+def laptop(tmp_path_factory: pytest.TempPathFactory) -> Laptop:
+    base = tmp_path_factory.mktemp("laptop")
+    clone, venv, home = base / "sparkfleet.serving", base / "venv", base / "home"
+    run(["git", "clone", "--quiet", str(ROOT), str(clone)])
+    run([sys.executable, "-m", "venv", str(venv)])
+    # The controller requirement the README lists: the `ansible` package, which ships the
+    # community collections that requirements.yml names.
+    run([str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "ansible"])
+    shutil.copytree(clone / "inventories/example", clone / "spark")
+    home.mkdir()
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("ANSIBLE_", "MOLECULE_", "PYTHON", "VIRTUAL_ENV"))}
+    env |= {"HOME": str(home), "PATH": f"{venv / 'bin'}:{env['PATH']}", "ANSIBLE_NOCOLOR": "1"}
+    return Laptop(clone, env)
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
+def test_playbook_loads_from_a_plain_clone(laptop: Laptop, playbook: str) -> None:
+    result = laptop.playbook(playbook, "-i", "spark", "--syntax-check")
+    assert result.returncode == 0, result.stdout
+
+
+def scenario_vars() -> dict[str, object]:
+    """The test-bed settings of the default scenario (the same box as `molecule test -s default`)."""
+    base = yaml.safe_load((ROOT / ".config/molecule/config.yml").read_text(encoding="utf-8"))
+    scenario = yaml.safe_load((ROOT / "molecule/default/molecule.yml").read_text(encoding="utf-8"))
+    return {**base["provisioner"]["inventory"]["group_vars"]["all"],
+            **scenario["provisioner"]["inventory"]["group_vars"]["spark"]}
+
+
+def start_box(work: Path) -> str:
+    """A simulated Spark with the stand-in hub beside it, made and prepared as Molecule does; its address.
+
+    Test-bed set-up, with the project's own toolchain through `docker exec` (Molecule's create,
+    the hub and the stand-in vLLM image: no registry here). What is under test runs over SSH.
+    """
+    run([str(ROOT / "tests/testbed/build-image.sh")])
+    subprocess.run(["docker", "rm", "-f", "-v", BOX, HUB], check=False, capture_output=True)
+    inventory = work / "docker.yml"
+    inventory.write_text(yaml.safe_dump({"spark": {"hosts": {BOX: {"ansible_connection": "community.docker.docker"}},
+                                                   "vars": scenario_vars()}}), encoding="utf-8")
+    platforms = {"molecule_yml": {"platforms": [{"name": BOX, "networks": [{"name": NETWORK}]}]}}
+    env = os.environ | {"MOLECULE_PROJECT_DIRECTORY": str(ROOT), "ANSIBLE_HOME": str(ROOT / ".ansible")}
+    for playbook, extra in (("create.yml", platforms),
+                            ("hub-standin.yml", {"hub_standin_network": NETWORK, "hub_standin_name": HUB}),
+                            ("prepare-vllm.yml", {})):
+        run(["ansible-playbook", "-i", str(inventory), "-e", json.dumps(extra),
+             str(ROOT / "molecule/resources" / playbook)], cwd=ROOT, env=env)
+    address = f'{{{{(index .NetworkSettings.Networks "{NETWORK}").IPAddress}}}}'
+    return run(["docker", "inspect", "-f", address, BOX]).strip()
+
+
+@pytest.fixture(scope="module")
+def spark(laptop: Laptop, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """spark/ made the user's: one box, reached over SSH as the sudo user `nvidia` with a key."""
+    work = tmp_path_factory.mktemp("box")
+    key = work / "id_ed25519"
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
+    try:
+        address = start_box(work)
+        subprocess.run(["docker", "exec", "-i", BOX, "sh", "-c",
+                        "install -d -m 0700 -o nvidia -g nvidia ~nvidia/.ssh && cat > ~nvidia/.ssh/authorized_keys"
+                        " && chown nvidia: ~nvidia/.ssh/authorized_keys"],
+                       input=key.with_suffix(".pub").read_text(), text=True, check=True)
+        hosts = yaml.safe_load((laptop.clone / "spark/hosts.yml").read_text(encoding="utf-8"))
+        hosts["spark"]["hosts"] = {"spark-01": {"ansible_host": address}}
+        (laptop.clone / "spark/hosts.yml").write_text(yaml.safe_dump(hosts), encoding="utf-8")
+        # The user's key and the test bed's settings; the API key as the vault would give it
+        # (the example's group_vars set vllm_api_key from vault_vllm_api_key).
+        settings = {key: value for key, value in scenario_vars().items() if key != "vllm_api_key"}
+        (laptop.clone / "spark/host_vars/spark-01.yml").write_text(yaml.safe_dump(
+            {**settings, "simspark_profile": "gb10", "vault_vllm_api_key": "sk-plain-clone-test",
+             "ansible_ssh_private_key_file": str(key),
+             # A throwaway box: its host key is new on every start.
+             "ansible_ssh_extra_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no"}),
+            encoding="utf-8")
+        yield "spark-01"
+    finally:
+        subprocess.run(["docker", "rm", "-f", "-v", BOX, HUB], check=False, capture_output=True)
+        subprocess.run(["docker", "network", "rm", NETWORK], check=False, capture_output=True)
+
+
+def test_site_runs_in_check_mode_over_ssh_from_a_plain_clone(laptop: Laptop, spark: str) -> None:
+    result = laptop.playbook("site.yml", "-i", "spark", "--check")
+    assert result.returncode == 0, result.stdout[-6000:]
+    recap = [line for line in result.stdout.splitlines() if line.startswith(f"{spark} ")]
+    assert recap and RECAP_FAILED in recap[-1] and "unreachable=0" in recap[-1], result.stdout[-3000:]
