@@ -8,12 +8,11 @@
 - every variable checked on that path has a bad value in molecule/default/files/refusals.yml, which
   the default scenario feeds to site.yml on a fresh simulated Spark (refused in the check play,
   with the message, changed=0), or a reason in its `not_refusable`;
-- the firewall's input check refuses what its plan refuses, without the box.
+- the firewall's input check reads exactly the plan's inputs that are its variables (that it
+  refuses what the plan refuses, without the box: tests/unit/plugins/plugin_utils/test_firewall_plan.py).
 """
 
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 import yaml
@@ -27,13 +26,6 @@ from check_paths import (
     site_files,
     site_roles,
 )
-
-# Loaded from its file, as tests/pytest/test_firewall_plan.py does (no collection path needed).
-_spec = importlib.util.spec_from_file_location("firewall_plan", ROOT / "plugins/plugin_utils/firewall_plan.py")
-assert _spec and _spec.loader
-firewall_plan = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(firewall_plan)
-input_errors, plan = firewall_plan.input_errors, firewall_plan.plan
 
 # Checks in site.yml's roles that need the box as it is then (not only the variables), and why
 # the check play cannot make them before anything changes.
@@ -94,37 +86,6 @@ def test_refusal_cases_set_values_of_the_right_type(case: dict) -> None:
     for name, value in case["set"].items():
         kind = role_options()[name]["type"]
         assert isinstance(value, kinds[kind]), f"{name}: {value!r} is not a {kind}"
-
-
-FIREWALL_SETTINGS = {"ssh_port": 0, "ssh_sources": [], "ssh_limit": False, "controller_address": "",
-                     "api_port": 8000, "api_sources": [], "fleet_ports": [], "extra_rules": []}
-
-
-@pytest.mark.parametrize(
-    ("change", "expect"),
-    [
-        ({"api_sources": ["10.251.71.0/24", "10.0.0.0/33"]}, "firewall_api_sources: '10.0.0.0/33' is not a network"),
-        ({"api_sources": ["10.0.0.1/24"]}, "did you mean 10.0.0.0/24?"),
-        ({"api_port": 0}, "firewall_api_port: 0 is not a port number"),
-        ({"ssh_port": "22a"}, "firewall_ssh_port: '22a' is not a port number"),
-        ({"fleet_ports": [{"port": 9000, "proto": "sctp"}]}, "proto 'sctp' is not one of tcp, udp, any"),
-        ({"extra_rules": [{"port": "80:70"}]}, "range '80:70' must go from a lower to a higher port"),
-        ({"extra_rules": [{"port": 80, "from": "lan"}]}, "firewall_extra_rules[0].from: 'lan' is not a network"),
-        ({"ssh_sources": ["10.0.0.0/8"], "controller_address": "192.168.1.5"}, "does not include the controller's"),
-    ],
-)
-def test_firewall_input_errors_refuse_what_the_plan_refuses(change: dict, expect: str) -> None:
-    settings = {**FIREWALL_SETTINGS, **change}
-    errors = input_errors(settings)
-    assert any(expect in error for error in errors), errors
-    with_box = {**settings, "ssh_connection": "10.0.0.9 50000 10.0.0.2 22", "sshd_output": "port 22\n"}
-    assert plan(with_box)["errors"] == errors
-
-
-def test_firewall_input_errors_leave_the_box_to_the_plan() -> None:
-    """Without the box the SSH port is unknown: that is the plan's to refuse, not the input check's."""
-    assert input_errors(FIREWALL_SETTINGS) == []
-    assert "Cannot establish the SSH rule" in plan(FIREWALL_SETTINGS)["errors"][0]
 
 
 def test_firewall_settings_are_the_plan_inputs_that_are_variables() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_plan import BLOCK_NAME, plan
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_plan import BLOCK_NAME, input_errors, plan
 
 SSHD = "port 22\nport 2222\nlistenaddress 0.0.0.0:22"
 ACTIVE = ("Status: active\nLogging: on (low)\nDefault: deny (incoming), allow (outgoing), disabled (routed)\n"
@@ -262,3 +262,38 @@ def test_an_inactive_ufw_with_other_policies_gets_the_policies_and_enable_only()
     allowing = ACTIVE.replace("deny (incoming)", "allow (incoming)")
     assert make(**INPUT, probe=converged(status=allowing))["apply"] == [
         {"task": "default", "direction": "incoming", "policy": "deny"}]
+
+
+# --- the check play's input check (the role's tasks/check.yml): the variables alone ---------
+
+FIREWALL_SETTINGS = {"ssh_port": 0, "ssh_sources": [], "ssh_limit": False, "controller_address": "",
+                     "api_port": 8000, "api_sources": [], "fleet_ports": [], "extra_rules": []}
+
+
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        ({"api_sources": ["10.251.71.0/24", "10.0.0.0/33"]}, "firewall_api_sources: '10.0.0.0/33' is not a network"),
+        ({"api_sources": ["10.0.0.1/24"]}, "did you mean 10.0.0.0/24?"),
+        ({"api_port": 0}, "firewall_api_port: 0 is not a port number"),
+        ({"ssh_port": "22a"}, "firewall_ssh_port: '22a' is not a port number"),
+        ({"fleet_ports": [{"port": 9000, "proto": "sctp"}]}, "proto 'sctp' is not one of tcp, udp, any"),
+        ({"extra_rules": [{"port": "80:70"}]}, "range '80:70' must go from a lower to a higher port"),
+        ({"extra_rules": [{"port": 80, "from": "lan"}]}, "firewall_extra_rules[0].from: 'lan' is not a network"),
+        ({"ssh_sources": ["10.0.0.0/8"], "controller_address": "192.168.1.5"}, "does not include the controller's"),
+    ],
+)
+def test_firewall_input_errors_refuse_what_the_plan_refuses(change: dict, expect: str) -> None:
+    settings = {**FIREWALL_SETTINGS, **change}
+    errors = input_errors(settings)
+    assert any(expect in error for error in errors), errors
+    with_box = {**settings, "self": "spark-01", "probe": probe(connection="10.0.0.9 50000 10.0.0.2 22")}
+    assert plan(with_box)["errors"] == errors
+
+
+def test_firewall_input_errors_leave_the_box_to_the_plan() -> None:
+    """Without the box the SSH port is unknown: that is the plan's to refuse, not the input check's."""
+    assert input_errors(FIREWALL_SETTINGS) == []
+    no_port = probe(sshd="sshd: not found", sshd_rc=127)
+    refused = plan({**FIREWALL_SETTINGS, "self": "spark-01", "probe": no_port})["errors"]
+    assert "Cannot establish the SSH rule" in refused[0]
