@@ -85,10 +85,11 @@ images:
 # Every scenario, in two lanes that run side by side. A scenario spends much of its time
 # waiting (systemd and the inner Docker engines starting, health gates, downloads), so two
 # lanes fit on two cores; each scenario's boxes, networks and hub have names of their own.
-# The lanes are balanced by the scenarios' measured times (fleet is the longest). A
+# The lanes are balanced by the scenarios' measured times (default, with its refusals and the
+# plain-clone test, and fleet are the longest). A
 # scenario in neither lane stops the run: none may be left out by accident.
-MOLECULE_LANE_1 ?= fleet docker_runtime watchdog preflight
-MOLECULE_LANE_2 ?= vllm default model firewall
+MOLECULE_LANE_1 ?= default vllm docker_runtime watchdog
+MOLECULE_LANE_2 ?= fleet model firewall preflight
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 MOLECULE_UNLANED := $(filter-out $(MOLECULE_LANE_1) $(MOLECULE_LANE_2),$(MOLECULE_SCENARIOS))
 molecule: link images

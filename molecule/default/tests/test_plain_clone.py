@@ -5,13 +5,13 @@ virtual environment, `cp -r inventories/example spark`; no make, no root, nothin
 ~/.ansible. The clone is of this repository's committed tree (what a user clones), the
 virtual environment is new (pip's download cache is the user's), HOME is an empty directory
 and no ANSIBLE_* variable is passed on. Then every fleet playbook passes --syntax-check, and
-site.yml runs in check mode over SSH against a simulated Spark (tests/testbed) that
-molecule/resources/prepare-vllm.yml prepared, with the stand-in model hub beside it.
+site.yml runs in check mode over SSH, as the sudo user `nvidia` with a key, against this
+scenario's simulated Spark spark-1 (converged by Molecule through `docker exec`), with the
+scenario's stand-in model hub beside it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOKS = ["site.yml", "playbooks/status.yml", "playbooks/rollout.yml", "playbooks/benchmark.yml"]
-# Names of this test's own: Molecule scenarios and benchmarks use others.
-BOX, HUB, NETWORK = "plain-clone-spark", "plain-clone-hub", "plain-clone-net"
+# The scenario's box and network (molecule.yml).
+BOX, NETWORK = "spark-1", "default-net"
 RECAP_FAILED = "failed=0"
 
 
@@ -68,31 +68,14 @@ def test_playbook_loads_from_a_plain_clone(laptop: Laptop, playbook: str) -> Non
 
 
 def scenario_vars() -> dict[str, object]:
-    """The test-bed settings of the default scenario (the same box as `molecule test -s default`)."""
+    """The test-bed settings of this scenario."""
     base = yaml.safe_load((ROOT / ".config/molecule/config.yml").read_text(encoding="utf-8"))
     scenario = yaml.safe_load((ROOT / "molecule/default/molecule.yml").read_text(encoding="utf-8"))
     return {**base["provisioner"]["inventory"]["group_vars"]["all"],
             **scenario["provisioner"]["inventory"]["group_vars"]["spark"]}
 
 
-def start_box(work: Path) -> str:
-    """A simulated Spark with the stand-in hub beside it, made and prepared as Molecule does; its address.
-
-    Test-bed set-up, with the project's own toolchain through `docker exec` (Molecule's create,
-    the hub and the stand-in vLLM image: no registry here). What is under test runs over SSH.
-    """
-    run([str(ROOT / "tests/testbed/build-image.sh")])
-    subprocess.run(["docker", "rm", "-f", "-v", BOX, HUB], check=False, capture_output=True)
-    inventory = work / "docker.yml"
-    inventory.write_text(yaml.safe_dump({"spark": {"hosts": {BOX: {"ansible_connection": "community.docker.docker"}},
-                                                   "vars": scenario_vars()}}), encoding="utf-8")
-    platforms = {"molecule_yml": {"platforms": [{"name": BOX, "networks": [{"name": NETWORK}]}]}}
-    env = os.environ | {"MOLECULE_PROJECT_DIRECTORY": str(ROOT), "ANSIBLE_HOME": str(ROOT / ".ansible")}
-    for playbook, extra in (("create.yml", platforms),
-                            ("hub-standin.yml", {"hub_standin_network": NETWORK, "hub_standin_name": HUB}),
-                            ("prepare-vllm.yml", {})):
-        run(["ansible-playbook", "-i", str(inventory), "-e", json.dumps(extra),
-             str(ROOT / "molecule/resources" / playbook)], cwd=ROOT, env=env)
+def box_address() -> str:
     address = f'{{{{(index .NetworkSettings.Networks "{NETWORK}").IPAddress}}}}'
     return run(["docker", "inspect", "-f", address, BOX]).strip()
 
@@ -103,11 +86,11 @@ def spark(laptop: Laptop, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     work = tmp_path_factory.mktemp("box")
     key = work / "id_ed25519"
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
+    keys = "~nvidia/.ssh/authorized_keys"
     try:
-        address = start_box(work)
+        address = box_address()
         subprocess.run(["docker", "exec", "-i", BOX, "sh", "-c",
-                        "install -d -m 0700 -o nvidia -g nvidia ~nvidia/.ssh && cat > ~nvidia/.ssh/authorized_keys"
-                        " && chown nvidia: ~nvidia/.ssh/authorized_keys"],
+                        f"install -d -m 0700 -o nvidia -g nvidia ~nvidia/.ssh && cat > {keys} && chown nvidia: {keys}"],
                        input=key.with_suffix(".pub").read_text(), text=True, check=True)
         hosts = yaml.safe_load((laptop.clone / "spark/hosts.yml").read_text(encoding="utf-8"))
         hosts["spark"]["hosts"] = {"spark-01": {"ansible_host": address}}
@@ -123,8 +106,7 @@ def spark(laptop: Laptop, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             encoding="utf-8")
         yield "spark-01"
     finally:
-        subprocess.run(["docker", "rm", "-f", "-v", BOX, HUB], check=False, capture_output=True)
-        subprocess.run(["docker", "network", "rm", NETWORK], check=False, capture_output=True)
+        subprocess.run(["docker", "exec", BOX, "sh", "-c", f"rm -f {keys}"], check=False, capture_output=True)
 
 
 def test_site_runs_in_check_mode_over_ssh_from_a_plain_clone(laptop: Laptop, spark: str) -> None:
