@@ -86,8 +86,8 @@ images:
 # waiting (systemd and the inner Docker engines starting, health gates, downloads), so two
 # lanes fit on two cores; each scenario's boxes, networks and hub have names of their own.
 # The lanes are balanced by the scenarios' measured times (default, with its refusals and the
-# plain-clone test, and fleet are the longest). A
-# scenario in neither lane stops the run: none may be left out by accident.
+# plain-clone test, and fleet are the longest). A scenario in neither lane stops the run: none
+# may be left out by accident.
 MOLECULE_LANE_1 ?= default vllm docker_runtime watchdog
 MOLECULE_LANE_2 ?= fleet model firewall preflight
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
