@@ -31,11 +31,14 @@ st = os.stat(d + "/config.json")
 digest = hashlib.sha256(open(d + "/config.json", "rb").read()).hexdigest()
 json.dump({{"format": 1, "source": "huggingface", "endpoint": "https://huggingface.co",
            "repo": "Qwen/Qwen3.5-35B-A3B-FP8", "revision": "{COMMIT}", "commit": "{COMMIT}",
-           "copied_from": None, "written_at": "2026-11-30T00:00:00Z",
+           "copied_from": None, "written_at": "2026-11-30T00:00:00Z", "include": [], "exclude": [],
            "files": [{{"path": "config.json", "size": st.st_size, "sha256": digest, "mtime": st.st_mtime}}]}},
           open(d + "/sparkfleet-manifest.json", "w"))
 """
-# What the roles after the checks would do first: none of it may appear in the output.
+# What the roles after the checks would do first: none of it may appear in the output after the
+# check play, which itself runs each role's check entry point (TASK [sparkfleet.serving.docker :
+# Check ...]) and changes nothing.
+PROVISIONING_PLAY = "PLAY [Provision DGX Spark inference servers]"
 LATER_TASKS = ("TASK [sparkfleet.serving.docker", "TASK [sparkfleet.serving.firewall",
                "TASK [sparkfleet.serving.nvidia_runtime",
                "TASK [sparkfleet.serving.watchdog", "TASK [sparkfleet.serving.vllm : Stage")
@@ -59,8 +62,11 @@ def assert_stopped_in_the_check_play(result: subprocess.CompletedProcess, reason
     assert result.returncode != 0, out[-3000:]
     assert reason in out, out[-3000:]
     assert recap(out)["failed"] == 1, out[-3000:]
+    assert recap(out)["changed"] == 0, out[-3000:]
+    check_play, *after = out.split(PROVISIONING_PLAY, 1)
+    assert "changed: [" not in check_play, check_play[-3000:]
     for task in LATER_TASKS:
-        assert task not in out, f"{task} ran after the checks failed"
+        assert not any(task in part for part in after), f"{task} ran after the checks failed"
 
 
 @pytest.fixture(scope="module")
