@@ -73,14 +73,14 @@ def test_facts_read_the_records_of_an_earlier_release_where_they_are(legacy: Pat
 
 
 def test_check_mode_moves_nothing(legacy: Path):
-    result, _ = run(legacy, "records", "--check")
+    result = run(legacy, "records", "--check")[0]
     assert result.returncode == 0, result.stdout[-3000:]
-    assert sorted(p.name for p in legacy.rglob("*.json")) == ["deployed.json", "deployment-env.json",
-                                                             "deployment.json"]
+    left = sorted(p.name for p in legacy.rglob("*.json"))
+    assert left == ["deployed.json", "deployment-env.json", "deployment.json"]
 
 
 def test_a_deploy_moves_them_into_the_state_directory_once(legacy: Path):
-    result, _ = run(legacy, "records")
+    result = run(legacy, "records")[0]
     assert result.returncode == 0, result.stdout[-3000:]
     state = legacy / "state"
     assert json.loads((state / "known-good.json").read_text()) == RECORD
@@ -89,7 +89,7 @@ def test_a_deploy_moves_them_into_the_state_directory_once(legacy: Path):
     assert not list((legacy / "lib").iterdir()) and not list((legacy / "etc").iterdir())
     again, published = run(legacy, "facts")
     assert changed(again) == 0 and published["known_good"] == RECORD
-    rerun, _ = run(legacy, "records")
+    rerun = run(legacy, "records")[0]
     assert rerun.returncode == 0 and changed(rerun) == 0
 
 
@@ -97,7 +97,7 @@ def test_a_record_already_at_its_new_place_wins_over_the_old_one(legacy: Path):
     (legacy / "state").mkdir()
     newer = {**RECORD, "argv": ["/model", "--max-num-seqs", "8"]}
     (legacy / "state/known-good.json").write_text(json.dumps(newer))
-    result, _ = run(legacy, "records")
+    result = run(legacy, "records")[0]
     assert result.returncode == 0, result.stdout[-3000:]
     assert json.loads((legacy / "state/known-good.json").read_text()) == newer
     assert not (legacy / "lib/deployment.json").exists()
