@@ -177,6 +177,22 @@ def test_journal_priority_prefix_under_systemd(tmp_path):
     assert lines[-1].startswith('<6>{"event":"exit"')
 
 
+def read_until_event(daemon: subprocess.Popen, event: str, seconds: float) -> str:
+    """The daemon's output read up to its first `event` line, for at most `seconds`, from the
+    pipe's descriptor (no buffered reader, so select() sees every byte not yet read)."""
+    read = b""
+    deadline = time.monotonic() + seconds
+    fd = daemon.stdout.fileno()
+    while time.monotonic() < deadline and select.select([fd], [], [], deadline - time.monotonic())[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        read += chunk
+        if any(json.loads(line)["event"] == event for line in read.split(b"\n")[:-1]):
+            return read.decode()
+    raise AssertionError(f"no {event} event in {seconds} s: {read.decode()}")
+
+
 def test_the_daemon_survives_a_malformed_meminfo_and_stops_nothing_meanwhile(tmp_path, short_dir):
     proc = FakeProc(tmp_path / "proc")
     (proc.root / "meminfo").write_text("MemTotal:       127605464 kB\nMemAvailable:\n", encoding="ascii")
@@ -192,12 +208,15 @@ def test_the_daemon_survives_a_malformed_meminfo_and_stops_nothing_meanwhile(tmp
             assert docker.actions() == []
             proc.set(93)  # readable again, and over the threshold: it acts now
             assert docker.wait_for(lambda: docker.actions("stop"), 15), "no stop once meminfo read again"
+            # The daemon logs its stop once Docker has taken the request: read up to that line
+            # before stopping the daemon (a SIGTERM at once can come before the line).
+            early = read_until_event(daemon, "stop", 15)
         finally:
             daemon.send_signal(signal.SIGTERM)
             out, err = daemon.communicate(timeout=10)
     assert "Traceback" not in err, err
     assert "meminfo line 'MemAvailable:' has no number" in err
-    events = [json.loads(line) for line in out.splitlines()]
+    events = [json.loads(line) for line in (early + out).splitlines()]
     error = next(e for e in events if e["event"] == "meminfo_error")
     assert "MemAvailable" in error["error"]
     assert [e["event"] for e in events].index("meminfo_ok") < [e["event"] for e in events].index("stop")
