@@ -89,7 +89,10 @@ def check_play_imports() -> dict[str, str]:
 def site_roles() -> list[str]:
     """The roles the provisioning play of playbooks/site.yml runs, in order."""
     plays = load(ROOT / "playbooks/site.yml")
-    return [role_name(r["role"]) for play in plays for r in play.get("roles", [])]
+    listed = [r["role"] for play in plays for r in play.get("roles", [])]
+    imported = [task[key]["name"] for play in plays for task in tasks_in(play.get("tasks")) for key in INCLUDE_ROLE
+                if key in task]
+    return [role_name(name) for name in listed + imported]
 
 
 def site_files() -> set[TaskFile]:

@@ -173,15 +173,20 @@ def test_vars_dir_holds_only_internal_names(role: Path):
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_included_roles_get_their_own_parameters(role: Path):
-    """vars passed to sparkfleet.serving.X are X's options (checked by its argument_specs)."""
+    """vars passed to sparkfleet.serving.X are X's options, and every option it requires."""
     for path in role.glob("tasks/*.yml"):
         for task in tasks_in(path):
             if action(task) not in INCLUDE_ROLE:
                 continue
             target = task[action(task)]["name"].rsplit(".", 1)[-1]
             entry = task[action(task)].get("tasks_from", "main")
-            allowed = set(entry_points(ROOT / "roles" / target)[entry].get("options") or {})
-            assert set(task.get("vars") or {}) <= allowed, f"{path.name}: {task['name']}"
+            spec = entry_points(ROOT / "roles" / target)[entry].get("options") or {}
+            given = set(task.get("vars") or {})
+            assert given <= set(spec), f"{path.name}: {task['name']}"
+            # The internal entry points are imported without validation (roles/common/README.md):
+            # what they require must be passed here.
+            required = {name for name, option in spec.items() if option.get("required")}
+            assert required <= given, f"{path.name}: {task['name']} does not pass {sorted(required - given)}"
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
@@ -258,6 +263,34 @@ def test_published_results_are_set_by_the_role(role: Path):
     """What the README says the role publishes, a task of it sets."""
     set_names = {name for _where, how, name in internal_names(role) if how == "set_fact"}
     assert published(role) <= set_names
+
+
+
+CHECK_KEY_NAMES = re.compile(r"query\('ansible\.builtin\.varnames', '([^']+)'\)")
+
+
+def check_key_patterns(role: Path) -> list[str]:
+    """The variable-name patterns of the role's check key (vars/main.yml `__<role>_check_key`):
+    the names whose values decide whether the main tasks reuse the check play's answer."""
+    path = role / "vars/main.yml"
+    if not path.is_file():
+        return []
+    key = (load(path) or {}).get(f"__{role.name}_check_key", "")
+    return CHECK_KEY_NAMES.findall(key)
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_check_key_leaves_out_the_published_results(role: Path):
+    """A result the check publishes is not one of its inputs: were it in the key, the key
+    would change as soon as the check publishes it, and the main tasks would run the whole
+    check again (the model role asked the hub twice per site run that way)."""
+    for pattern in check_key_patterns(role):
+        assert not {name for name in published(role) if re.match(pattern, name)}, pattern
+
+
+def test_the_check_key_rule_can_fail():
+    assert re.match("^model_(?!token$)", "model_weights")
+    assert not re.match("^model_(?!token$|weights$)", "model_weights")
 
 
 # --- README variable tables ----------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkfleet.serving.plugins.filter.files import files_in_state
-from ansible_collections.sparkfleet.serving.plugins.modules.file_info import describe
+from ansible_collections.sparkfleet.serving.plugins.modules.file_info import content_of, describe
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 MY_GROUP = grp.getgrgid(os.getgid()).gr_name
@@ -72,6 +72,28 @@ def test_a_file_without_content_or_checksum_is_never_taken_as_in_state(tree: Pat
     want = wanted(tree)
     del want[1]["content"]
     assert files_in_state(read(tree), want) is False
+
+
+def read_without_checksum(tree: Path) -> dict:
+    """What file_info returns with `checksum: false` and the file in `read` (the vllm role's records)."""
+    files = {str(path): describe(str(path), checksum=False) for path in (tree / "lib", tree / "lib/program.py")}
+    files[str(tree / "lib/program.py")]["content"] = content_of(str(tree / "lib/program.py"))
+    return files
+
+
+def test_content_read_without_a_checksum_is_compared(tree: Path):
+    """A file read for its content needs no checksum: in state when the content is as wanted,
+    and not when it differs (before, such a file was never in state, so the copy ran each time)."""
+    assert "checksum" not in read_without_checksum(tree)[str(tree / "lib/program.py")]
+    assert files_in_state(read_without_checksum(tree), wanted(tree)) is True
+    assert files_in_state(read_without_checksum(tree), wanted(tree, content="print('bye')\n")) is False
+
+
+def test_content_that_is_not_base64_is_an_error(tree: Path):
+    files = read_without_checksum(tree)
+    files[str(tree / "lib/program.py")]["content"] = "not base64!"
+    with pytest.raises(AnsibleFilterError, match="base64"):
+        files_in_state(files, wanted(tree))
 
 
 def test_modes_compare_as_numbers(tree: Path):
