@@ -139,6 +139,17 @@ def select(files: list[dict], include: list[str] | None, exclude: list[str] | No
     return [f for f in files if selected(f["path"], include, exclude)]
 
 
+def covers(manifest: Any, include: list[str] | None, exclude: list[str] | None) -> bool:
+    """Whether a manifest lists every file of its commit that include/exclude select: it was
+    written for no selection (every file) or for this one. Older manifests, without the
+    selection they were written for, cover nothing: the hub is asked once, and the next run
+    writes the selection down."""
+    if not isinstance(manifest, dict):
+        return False
+    selection = (manifest.get("include"), manifest.get("exclude"))
+    return selection in (([], []), (list(include or []), list(exclude or [])))
+
+
 def parse_journal(text: str | None) -> list[dict]:
     """The journal: one JSON object per line; a line cut by a kill is skipped."""
     entries = []

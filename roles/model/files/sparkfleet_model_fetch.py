@@ -952,7 +952,7 @@ def pinned_listing(args: argparse.Namespace, manifest: dict[str, Any] | None) ->
     selects (it was written with the same include/exclude, or with none): no hub request at all."""
     if not manifest or args.verify != "quick" or manifest.get("commit") != args.revision:
         return None
-    if not COMMIT_RE.match(args.revision) or not covers(manifest, args.include, args.exclude):
+    if not COMMIT_RE.match(args.revision) or not planner.covers(manifest, args.include, args.exclude):
         return None
     return Listing(
         manifest["commit"],
@@ -963,13 +963,6 @@ def pinned_listing(args: argparse.Namespace, manifest: dict[str, Any] | None) ->
         manifest.get("endpoint") or args.endpoint,
         copied_from=manifest.get("copied_from"),
     )
-
-
-def covers(manifest: dict[str, Any], include: list[str], exclude: list[str]) -> bool:
-    """Whether the manifest lists every file of its commit that include/exclude select (the same rule as
-    roles/model/vars/main.yml __model_manifest_covers, for the check tasks)."""
-    selection = (manifest.get("include"), manifest.get("exclude"))
-    return selection in (([], []), (list(include), list(exclude)))
 
 
 def on_disk(path: Path) -> dict[str, Any] | None:

@@ -43,8 +43,8 @@ def check_plan(hub: Hub, local_dir: Path, revision: str, include: list[str], exc
     manifest = json.loads(read(local_dir / planner.MANIFEST) or "{}")
     commit = api(hub, f"/api/models/{MODEL}/revision/{revision}")["sha"]
     # __model_tree_in_manifest: the manifest already lists every file of this commit (written with no
-    # include/exclude, or with these): the tree request is skipped.
-    covers = (manifest.get("include"), manifest.get("exclude")) in (([], []), (include, exclude))
+    # include/exclude, or with these; the model_manifest_covers filter): the tree request is skipped.
+    covers = planner.covers(manifest, include, exclude)
     in_manifest = manifest.get("commit") == commit and manifest.get("repo") == MODEL and covers
     listing = manifest["files"] if in_manifest else api(hub, f"/api/models/{MODEL}/tree/{commit}?recursive=true")
     box = {

@@ -9,7 +9,9 @@ import json
 
 import pytest
 
+from ansible_collections.sparkfleet.serving.plugins.filter.model import model_manifest_covers
 from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan import (
+    covers,
     human_bytes,
     human_seconds,
     normalize_listing,
@@ -172,3 +174,22 @@ def test_progress_line_and_units():
     retried = {**state, "retries": 2, "last_retry": {"what": "GET config.json", "why": "HTTP 503"}}
     assert progress_line("spark-1", retried, 61).endswith(", 2 retried (GET config.json: HTTP 503)")
     assert human_bytes(1023) == "1023 B" and human_seconds(3725) == "1h02m05s" and human_seconds(None) == "?"
+
+
+@pytest.mark.parametrize(
+    ("written_for", "include", "exclude", "expected"),
+    [
+        ({"include": [], "exclude": []}, ["*.json"], [], True),  # every file: any selection
+        ({"include": ["*.json"], "exclude": []}, ["*.json"], [], True),
+        ({"include": ["*.json"], "exclude": []}, [], [], False),  # a part cannot stand for the whole
+        ({"include": ["*.json"], "exclude": []}, ["*.json"], ["a.json"], False),
+        ({}, [], [], False),  # an earlier release's manifest: its selection is unknown
+    ],
+)
+def test_a_manifest_covers_only_the_selection_it_was_written_for(written_for, include, exclude, expected):
+    assert covers({"commit": "c" * 40, "files": [], **written_for}, include, exclude) is expected
+
+
+def test_the_check_tasks_and_the_program_use_the_same_covers():
+    assert model_manifest_covers({"include": ["*.json"], "exclude": []}, ["*.json"], []) is True
+    assert model_manifest_covers(None, [], []) is False
