@@ -162,7 +162,7 @@ def test_losing_the_worker_ends_the_head_at_its_next_step(pair: tuple[Node, Node
     assert (status, body["error"]["message"], body["error"]["type"]) == (500, TEXTS["engine-dead"],
                                                                         "InternalServerError")
     code, out = head.finish()
-    # uvicorn's graceful shutdown after EngineDeadError: status 0 (vllm-project/vllm issue #48966).
+    # uvicorn's graceful shutdown after EngineDeadError: status 0 (https://github.com/vllm-project/vllm/issues/48966).
     assert code == 0
     nccl = TEXTS["nccl-error"].format(error=TORCH["nccl-remote-error"]["template"])
     assert f"RuntimeError: {nccl}" in out

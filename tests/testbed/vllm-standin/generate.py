@@ -220,7 +220,7 @@ TORCH_PIN = "torch==2.10.0"
 TORCH_MESSAGES = {
     # Client side of the TCPStore rendezvous (init_process_group with tcp://master_addr:master_port):
     # it retries the connection until the timeout, then raises DistNetworkError. The same text
-    # is quoted in vllm-project/vllm issue #19670.
+    # is quoted in https://github.com/vllm-project/vllm/issues/19670.
     "torch-connect-timeout": {
         "source": "pytorch/pytorch v2.10.0 torch/csrc/distributed/c10d/socket.cpp SocketConnectOp::throwTimeoutError",
         "exception": "torch.distributed.DistNetworkError",
