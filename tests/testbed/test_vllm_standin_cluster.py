@@ -157,12 +157,13 @@ def test_losing_the_worker_ends_the_head_at_its_next_step(pair: tuple[Node, Node
     # An idle engine runs no collective, so vLLM notices the loss only with the next request.
     time.sleep(0.3)
     assert head.healthy()
-    status, body = head.post("/v1/chat/completions", {"model": SERVED, "messages": [{"role": "user",
-                                                                                     "content": "hi"}]})
-    assert (status, body["error"]["message"], body["error"]["type"]) == (500, TEXTS["engine-dead"],
-                                                                        "InternalServerError")
+    chat = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}]}
+    status, body = head.post("/v1/chat/completions", chat)
+    error = body["error"]
+    assert (status, error["message"], error["type"]) == (500, TEXTS["engine-dead"], "InternalServerError")
     code, out = head.finish()
-    # uvicorn's graceful shutdown after EngineDeadError: status 0 (https://github.com/vllm-project/vllm/issues/48966).
+    # uvicorn's graceful shutdown after EngineDeadError: status 0
+    # (https://github.com/vllm-project/vllm/issues/48966).
     assert code == 0
     nccl = TEXTS["nccl-error"].format(error=TORCH["nccl-remote-error"]["template"])
     assert f"RuntimeError: {nccl}" in out

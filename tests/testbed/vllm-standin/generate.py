@@ -247,6 +247,7 @@ def torch_messages(source: Path) -> dict[str, Any]:
                          "read the texts again from the new torch and NCCL releases")
     return {"torch_pin": TORCH_PIN, **TORCH_MESSAGES}
 
+
 # Command lines checked against the real parser; the model is the first word unless a case
 # is about its position. Grouped by what they exercise; the tests run every one.
 MODEL = "/model"
