@@ -152,6 +152,97 @@ MESSAGES: dict[str, tuple[str, int, str]] = {
             "{finished}"
         ),
     ),
+    "headless-api-server-count": (
+        "vllm/entrypoints/cli/serve.py", 57,
+        (
+            "--api-server-count={count} cannot be used with --headless (no API servers are "
+            "started in headless mode)."
+        ),
+    ),
+    "nnodes-data-parallel-backend": (
+        "vllm/engine/arg_utils.py", 1631,
+        "nnodes > 1 is only supported with data_parallel_backend=mp",
+    ),
+    "nnodes-world-size": (
+        "vllm/engine/arg_utils.py", 1645,
+        "world_size={world_size} must be divisible by nnodes={nnodes}.",
+    ),
+    "nnodes-node-rank": (
+        "vllm/engine/arg_utils.py", 1648,
+        "node_rank={node_rank} must be less than nnodes={nnodes}.",
+    ),
+    "world-size-above-gpus": (
+        "vllm/config/parallel.py", 719,
+        (
+            "World size ({world_size}) is larger than the number of available GPUs "
+            "({gpu_count}) in this node. If this is intentional and you are using:\n- ray, set "
+            "'--distributed-executor-backend ray'.\n- multiprocessing, set '--nnodes' "
+            "appropriately."
+        ),
+    ),
+    "nnodes-executor-backend": (
+        "vllm/config/parallel.py", 759,
+        (
+            "nnodes > 1 can only be set when distributed executor backend is mp, uni or "
+            "external_launcher."
+        ),
+    ),
+    "heads-not-divisible-by-tp": (
+        "vllm/config/model.py", 1113,
+        (
+            "Total number of attention heads ({heads}) must be divisible by tensor parallel "
+            "size ({tensor_parallel_size})."
+        ),
+    ),
+    "headless-worker-launch": (
+        "vllm/entrypoints/cli/serve.py", 194,
+        (
+            "Launching vLLM (v{version}) headless multiproc executor, with head node address "
+            "{address} for torch.distributed process group."
+        ),
+    ),
+    "worker-proc-failed-to-start": (
+        "vllm/v1/executor/multiproc_executor.py", 857,
+        "WorkerProc failed to start.",
+    ),
+    "worker-proc-init-failed": (
+        "vllm/v1/executor/multiproc_executor.py", 711,
+        (
+            "WorkerProc initialization failed due to an exception in a background process. "
+            "See stack trace for root cause."
+        ),
+    ),
+    "engine-core-failed-to-start": (
+        "vllm/v1/engine/core.py", 1108,
+        "EngineCore failed to start.",
+    ),
+    "nccl-error": (
+        "vllm/distributed/device_communicators/pynccl_wrapper.py", 373,
+        "NCCL error: {error}",
+    ),
+    "worker-proc-exception": (
+        "vllm/v1/executor/multiproc_executor.py", 949,
+        "WorkerProc hit an exception.",
+    ),
+    "worker-failed": (
+        "vllm/v1/executor/multiproc_executor.py", 381,
+        (
+            "Worker failed with error '{error}', please check the stack trace above for the "
+            "root cause"
+        ),
+    ),
+    "engine-core-fatal": (
+        "vllm/v1/engine/core.py", 1110,
+        "EngineCore encountered a fatal error.",
+    ),
+    "output-handler-failed": (
+        "vllm/v1/engine/async_llm.py", 707,
+        "AsyncLLM output_handler failed.",
+    ),
+    "engine-dead": (
+        "vllm/v1/engine/exceptions.py", 13,
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    ),
 }
 
 FIELD_ERRORS: dict[str, tuple[str, int, dict[str, str]]] = {

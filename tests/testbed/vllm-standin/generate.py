@@ -153,7 +153,100 @@ MESSAGES = {
     "engine-core-failed": (
         "vllm/v1/engine/utils.py", "Engine core initialization failed. ",
         "Engine core initialization failed. See root cause above. Failed core proc(s): {finished}"),
+    # --- multi-node (--nnodes/--node-rank/--master-addr/--master-port/--headless, the mp executor) ---
+    # ServeSubcommand.cmd, before anything starts.
+    "headless-api-server-count": (
+        "vllm/entrypoints/cli/serve.py", "cannot be used with --headless",
+        "--api-server-count={count} cannot be used with --headless (no API servers are started in headless mode)."),
+    # EngineArgs.create_engine_config: assertions after CacheConfig, before ParallelConfig.
+    "nnodes-data-parallel-backend": (
+        "vllm/engine/arg_utils.py", "nnodes > 1 is only supported with data_parallel_backend=mp",
+        "nnodes > 1 is only supported with data_parallel_backend=mp"),
+    "nnodes-world-size": (
+        "vllm/engine/arg_utils.py", " must be divisible by nnodes=",
+        "world_size={world_size} must be divisible by nnodes={nnodes}."),
+    "nnodes-node-rank": (
+        "vllm/engine/arg_utils.py", " must be less than nnodes=",
+        "node_rank={node_rank} must be less than nnodes={nnodes}."),
+    # ParallelConfig.__post_init__ (a pydantic dataclass: a ValidationError for ParallelConfig).
+    "world-size-above-gpus": (
+        "vllm/config/parallel.py", "is larger than the number of ",
+        "World size ({world_size}) is larger than the number of available GPUs ({gpu_count}) in this node. "
+        "If this is intentional and you are using:\n- ray, set '--distributed-executor-backend ray'.\n"
+        "- multiprocessing, set '--nnodes' appropriately."),
+    "nnodes-executor-backend": (
+        "vllm/config/parallel.py", "nnodes > 1 can only be set when distributed executor ",
+        "nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher."),
+    # VllmConfig.__post_init__ -> ModelConfig.verify_with_parallel_config.
+    "heads-not-divisible-by-tp": (
+        "vllm/config/model.py", "Total number of attention heads (",
+        "Total number of attention heads ({heads}) must be divisible by tensor parallel size "
+        "({tensor_parallel_size})."),
+    # run_headless, on a node whose rank is above 0 (a logger call: %-style arguments).
+    "headless-worker-launch": (
+        "vllm/entrypoints/cli/serve.py", "headless multiproc executor, ",
+        "Launching vLLM (v{version}) headless multiproc executor, with head node address {address} for "
+        "torch.distributed process group."),
+    # A worker process that cannot start (e.g. the rendezvous timed out), and what its parent says.
+    "worker-proc-failed-to-start": (
+        "vllm/v1/executor/multiproc_executor.py", "WorkerProc failed to start.", "WorkerProc failed to start."),
+    "worker-proc-init-failed": (
+        "vllm/v1/executor/multiproc_executor.py", "WorkerProc initialization failed due to",
+        "WorkerProc initialization failed due to an exception in a background process. See stack trace for root "
+        "cause."),
+    "engine-core-failed-to-start": (
+        "vllm/v1/engine/core.py", "EngineCore failed to start.", "EngineCore failed to start.", "run_engine_core"),
+    # A member lost while serving: the next collective fails in the head's worker, the engine dies.
+    "nccl-error": ("vllm/distributed/device_communicators/pynccl_wrapper.py", "NCCL error: ", "NCCL error: {error}"),
+    "worker-proc-exception": (
+        "vllm/v1/executor/multiproc_executor.py", "WorkerProc hit an exception.", "WorkerProc hit an exception."),
+    "worker-failed": (
+        "vllm/v1/executor/multiproc_executor.py", "Worker failed with error '",
+        "Worker failed with error '{error}', please check the stack trace above for the root cause"),
+    "engine-core-fatal": (
+        "vllm/v1/engine/core.py", "EngineCore encountered a fatal error.", "EngineCore encountered a fatal error.",
+        "run_engine_core"),
+    "output-handler-failed": (
+        "vllm/v1/engine/async_llm.py", "AsyncLLM output_handler failed.", "AsyncLLM output_handler failed."),
+    "engine-dead": (
+        "vllm/v1/engine/exceptions.py", "EngineCore encountered an issue. ",
+        "EngineCore encountered an issue. See stack trace (above) for the root cause."),
 }
+
+# Texts of torch.distributed and NCCL that vLLM passes on: not in vLLM's source, so not checked
+# by `quote`. They are those of the torch release vLLM pins (requirements/cuda.txt); the
+# generator stops when that pin moves, so that they are read again from the new release.
+TORCH_PIN = "torch==2.10.0"
+TORCH_MESSAGES = {
+    # Client side of the TCPStore rendezvous (init_process_group with tcp://master_addr:master_port):
+    # it retries the connection until the timeout, then raises DistNetworkError. The same text
+    # is quoted in https://github.com/vllm-project/vllm/issues/19670.
+    "torch-connect-timeout": {
+        "source": "pytorch/pytorch v2.10.0 torch/csrc/distributed/c10d/socket.cpp SocketConnectOp::throwTimeoutError",
+        "exception": "torch.distributed.DistNetworkError",
+        "template": "The client socket has timed out after {timeout_ms}ms while trying to connect to "
+                    "({host}, {port})."},
+    # Server side (rank 0 hosts the store and waits for every rank; elapsed seconds, so timeout + 1).
+    "torch-wait-for-workers": {
+        "source": "pytorch/pytorch v2.10.0 torch/csrc/distributed/c10d/TCPStore.cpp TCPStore::waitForWorkers",
+        "exception": "torch.distributed.DistStoreError",
+        "template": "Timed out after {seconds} seconds waiting for clients. {joined}/{world_size} clients joined."},
+    # ncclGetErrorString(ncclRemoteError): what vLLM's NCCL_CHECK puts after "NCCL error: ".
+    "nccl-remote-error": {
+        "source": "NVIDIA/nccl src/init.cc ncclGetErrorString, ncclRemoteError",
+        "exception": None,
+        "template": "remote process exited or there was a network error"},
+}
+
+
+def torch_messages(source: Path) -> dict[str, Any]:
+    """TORCH_MESSAGES, after checking that vLLM still pins the torch they were read from."""
+    pins = re.findall(r"^torch==\S+", (source / "requirements" / "cuda.txt").read_text(), re.M)
+    if pins != [TORCH_PIN]:
+        raise SystemExit(f"requirements/cuda.txt pins {pins}, TORCH_MESSAGES were read from {TORCH_PIN}: "
+                         "read the texts again from the new torch and NCCL releases")
+    return {"torch_pin": TORCH_PIN, **TORCH_MESSAGES}
+
 
 # Command lines checked against the real parser; the model is the first word unless a case
 # is about its position. Grouped by what they exercise; the tests run every one.
@@ -292,7 +385,28 @@ CASES: list[list[str]] = [
     [MODEL, "--attention-backend", "FLASHINFER", "-ac", '{"backend": "TRITON_ATTN"}'],
     [MODEL, "--attention-backend", "sdpa", "--load-format", "tensorstore"],
     [MODEL, "--gpu-memory-utilization", "0", "--attention-backend", "sdpa"],
+    # multi-node tensor parallelism with the mp executor (two single-GPU boxes), and what vLLM refuses
+    [MODEL, "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "0", "--master-addr", "192.168.100.10",
+     "--master-port", "29501"],
+    [MODEL, "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "192.168.100.10",
+     "--master-port", "29501", "--headless"],
+    [MODEL, "-tp", "2", "-n", "2", "-r", "1", "--master-addr", "192.168.100.10", "--headless"],
+    [MODEL, "--pipeline-parallel-size", "2", "--nnodes", "2", "--node-rank", "1", "--headless"],
+    [MODEL, "-tp", "2", "--nnodes", "2", "--distributed-executor-backend", "mp"],
+    [MODEL, "--tensor-parallel-size", "2"],
+    [MODEL, "--tensor-parallel-size", "2", "--nnodes", "3"],
+    [MODEL, "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "2", "--headless"],
+    [MODEL, "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1", "--headless", "--api-server-count",
+     "1"],
+    [MODEL, "--tensor-parallel-size", "2", "--nnodes", "2", "--data-parallel-backend", "ray"],
+    [MODEL, "--tensor-parallel-size", "2", "--nnodes", "2", "--distributed-executor-backend", "ray"],
+    [MODEL, "--nnodes", "two"],
+    [MODEL, "--master-port", "29501.5"],
+    [MODEL, "--headless=true"],
 ]
+
+# GPUs per node for the outcomes: a DGX Spark has one (GB10), and the generator has none.
+GPUS_PER_NODE = 1
 
 
 # --- fetching and importing the release ------------------------------------------------------
@@ -618,12 +732,18 @@ def literal_shape(node: ast.AST) -> str:
     return "{}"
 
 
-def quote(source: Path, rel: str, anchor: str, template: str) -> dict[str, Any]:
+def quote(source: Path, rel: str, anchor: str, template: str, within: str | None = None) -> dict[str, Any]:
+    """The message's file and line; `within` names the function when the text occurs twice."""
     text = (source / rel).read_text()
-    tree = ast.parse(text)
+    tree: ast.AST = ast.parse(text)
+    if within:
+        tree = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == within)
     for node in ast.walk(tree):
         if isinstance(node, (ast.JoinedStr, ast.Constant)) and anchor in literal_shape(node).replace("{{", "{"):
             shape = literal_shape(node)
+            if isinstance(node, ast.Constant):
+                # A logger's format string: its %s/%d are the interpolated values.
+                shape = re.sub(r"%[sd]", "{}", shape)
             wanted = re.sub(r"(?<!\{)\{[a-z_]+\}(?!\})", "{}", template)
             if shape != wanted:
                 raise SystemExit(f"{rel}:{node.lineno}: upstream text changed:\n  {shape}\n  {wanted}")
@@ -637,31 +757,50 @@ def quote(source: Path, rel: str, anchor: str, template: str) -> dict[str, Any]:
 def startup_error(args: argparse.Namespace, vllm: dict[str, Any], data: dict[str, Any]) -> tuple[str, str] | None:
     """The checks vLLM makes on names that argparse lets through, in vLLM's order, as (stage,
     error): "startup" before the engine process starts (api_server.py validate_api_server_args,
-    then EngineArgs.create_engine_config), "engine" in the engine process (the loader's
-    load format; the reasoning parser, looked up by StructuredOutputManager in
-    vllm/v1/engine/core.py after the KV cache is set up)."""
+    or for --headless ServeSubcommand.cmd, then EngineArgs.create_engine_config), "engine" in
+    the engine process (the loader's load format; the reasoning parser, looked up by
+    StructuredOutputManager in vllm/v1/engine/core.py after the KV cache is set up, on the head)."""
+    found = headless_error(args, data) if args.headless else api_server_error(args, data)
+    if found:
+        return "startup", found
+    found = engine_config_error(args, vllm, data)
+    if found:
+        return "startup", found
+    msgs = data["messages"]
+    if args.load_format not in data["registries"]["load_formats"]:
+        return "engine", "ValueError: " + msgs["unknown-load-format"]["template"].format(name=args.load_format)
+    reasoning = data["registries"]["reasoning_parsers"]
+    if not args.headless and args.reasoning_parser and args.reasoning_parser not in reasoning:
+        text = msgs["reasoning-parser-not-found"]["template"].format(name=args.reasoning_parser,
+                                                                     registered=", ".join(reasoning))
+        return "engine", f"KeyError: {text!r}"
+    return None
+
+
+def api_server_error(args: argparse.Namespace, data: dict[str, Any]) -> str | None:
+    """validate_api_server_args (vllm/entrypoints/openai/api_server.py): the parser names."""
     msgs = data["messages"]
     tools = data["registries"]["tool_call_parsers"]
     if args.enable_auto_tool_choice and args.tool_call_parser not in tools:
         text = msgs["unknown-tool-call-parser"]["template"].format(name=args.tool_call_parser,
                                                                    choices=",".join(tools))
-        return "startup", f"KeyError: {text!r}"
+        return f"KeyError: {text!r}"
     reasoning = data["registries"]["reasoning_parsers"]
     # validate_api_server_args reads structured_outputs_config.reasoning_parser, which
     # --reasoning-parser reaches only later (EngineArgs.create_engine_config).
     early = args.structured_outputs_config.reasoning_parser
     if early and early not in reasoning:
         text = msgs["unknown-reasoning-parser"]["template"].format(name=early, choices=",".join(reasoning))
-        return "startup", f"KeyError: {text!r}"
-    found = engine_config_error(args, vllm, data)
-    if found:
-        return "startup", found
-    if args.load_format not in data["registries"]["load_formats"]:
-        return "engine", "ValueError: " + msgs["unknown-load-format"]["template"].format(name=args.load_format)
-    if args.reasoning_parser and args.reasoning_parser not in reasoning:
-        text = msgs["reasoning-parser-not-found"]["template"].format(name=args.reasoning_parser,
-                                                                     registered=", ".join(reasoning))
-        return "engine", f"KeyError: {text!r}"
+        return f"KeyError: {text!r}"
+    return None
+
+
+def headless_error(args: argparse.Namespace, data: dict[str, Any]) -> str | None:
+    """--headless: ServeSubcommand.cmd refuses an API server count (vllm/entrypoints/cli/serve.py);
+    run_headless then builds the engine's config without the API server's checks."""
+    if args.api_server_count is not None and args.api_server_count > 0:
+        return "ValueError: " + data["messages"]["headless-api-server-count"]["template"].format(
+            count=args.api_server_count)
     return None
 
 
@@ -679,6 +818,9 @@ def engine_config_error(args: argparse.Namespace, vllm: dict[str, Any], data: di
         vllm["CacheConfig"](gpu_memory_utilization=args.gpu_memory_utilization)
     except vllm["ValidationError"] as exc:
         return validation_error_text(exc)
+    found = parallel_error(args, msgs)
+    if found:
+        return found
     if args.attention_backend is not None:
         if args.attention_config.backend is not None:
             return "ValueError: " + msgs["attention-backend-twice"]["template"]
@@ -686,6 +828,31 @@ def engine_config_error(args: argparse.Namespace, vllm: dict[str, Any], data: di
             vllm["AttentionConfig"].validate_backend_before(args.attention_backend)
         except ValueError as exc:
             return f"ValueError: {exc}"
+    return None
+
+
+def parallel_error(args: argparse.Namespace, msgs: dict[str, Any]) -> str | None:
+    """The multi-node assertions of create_engine_config (vllm/engine/arg_utils.py), then
+    ParallelConfig.__post_init__'s checks (vllm/config/parallel.py) on a CUDA box with
+    GPUS_PER_NODE GPUs, in vLLM's order."""
+    def text(name: str, **values: Any) -> str:
+        return msgs[name]["template"].format(**values)
+
+    if args.data_parallel_backend != "mp" and args.nnodes != 1:
+        return "AssertionError: " + text("nnodes-data-parallel-backend")
+    world_size = args.data_parallel_size * args.pipeline_parallel_size * args.tensor_parallel_size
+    if args.nnodes > 1:
+        if world_size % args.nnodes:
+            return "AssertionError: " + text("nnodes-world-size", world_size=world_size, nnodes=args.nnodes)
+        if args.node_rank >= args.nnodes:
+            return "AssertionError: " + text("nnodes-node-rank", node_rank=args.node_rank, nnodes=args.nnodes)
+    per_dp = args.pipeline_parallel_size * args.tensor_parallel_size
+    if args.distributed_executor_backend is None and per_dp * args.data_parallel_size > 1 and args.nnodes == 1 \
+            and per_dp > GPUS_PER_NODE:
+        return PYDANTIC.format(cls="ParallelConfig") + "\n  Value error, " + text(
+            "world-size-above-gpus", world_size=per_dp, gpu_count=GPUS_PER_NODE)
+    if args.nnodes > 1 and args.distributed_executor_backend not in (None, "mp", "uni", "external_launcher"):
+        return PYDANTIC.format(cls="ParallelConfig") + "\n  Value error, " + text("nnodes-executor-backend")
     return None
 
 
@@ -765,6 +932,7 @@ def generate(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
             "compilation_modes": vllm["compilation_modes"],
         },
         "messages": {name: quote(source, *spec) for name, spec in MESSAGES.items()},
+        "torch_messages": torch_messages(source),
         "field_errors": field_errors(source, vllm),
         "pydantic": pydantic_wording(vllm),
     }
@@ -892,7 +1060,8 @@ SDIST_SHA256 = "{sha}"
 
 def _literal(text: str, indent: str) -> str:
     """A string literal, split into lines of at most ~100 characters (implicit concatenation)."""
-    chunks = re.findall(r".{1,80}(?: |$)|.{1,80}", text) or [""]
+    # DOTALL: a message of several lines keeps its newlines.
+    chunks = re.findall(r"(?s).{1,80}(?: |$)|.{1,80}", text) or [""]
     if len(chunks) == 1:
         return json.dumps(text)
     return "(\n" + "".join(f"{indent}    {json.dumps(c)}\n" for c in chunks) + f"{indent})"

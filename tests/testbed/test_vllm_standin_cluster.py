@@ -1,0 +1,212 @@
+"""Two stand-in processes serve one model as vLLM's multi-node mode does (--nnodes, the mp executor).
+
+The head (--node-rank 0) runs the API server and waits on its master port until every rank has
+joined; a worker (--headless, rank 1) connects there and stays connected. The texts come from
+vllm_serve.json (generate.py quoted them from vLLM 0.19.1 with file:line; torch's and NCCL's
+under `torch_messages`), not from this file.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_vllm_standin import DATA, STANDIN, clean_env, free_port, make_model
+
+TEXTS = {name: spec["template"] for name, spec in DATA["messages"].items()}
+TORCH = DATA["torch_messages"]
+SERVED = "q"
+
+
+def cluster_argv(model: Path, rank: int, master_port: int, extra: list[str] | None = None) -> list[str]:
+    """The plan's argument list for one node of a two-node tensor-parallel pair on this machine."""
+    argv = [str(model), "--served-model-name", SERVED, "--max-model-len", "16384", "--enforce-eager",
+            "--gpu-memory-utilization", "0.75", "--tensor-parallel-size", "2", "--nnodes", "2",
+            "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(master_port)]
+    return argv + (["--headless"] if rank else []) + (extra or [])
+
+
+class Node:
+    """One `vllm serve` process of the cluster, its output collected."""
+
+    def __init__(self, argv: list[str], port: int | None = None) -> None:
+        self.port = port
+        env = {**clean_env(), "VLLM_STANDIN_STARTUP_SECONDS": "0.2", "VLLM_STANDIN_SHM_MIN_BYTES": "0",
+               "VLLM_STANDIN_READY_FILE": "/dev/null"}
+        words = [*argv, "--host", "127.0.0.1", "--port", str(port)] if port else argv
+        self.proc = subprocess.Popen([sys.executable, str(STANDIN), "serve", *words], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env)
+
+    def get(self, path: str) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as resp:
+            return resp.status
+
+    def post(self, path: str, body: dict) -> tuple[int, dict]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def healthy(self) -> bool:
+        try:
+            return self.get("/health") == 200
+        except OSError:
+            return False
+
+    def wait_healthy(self, seconds: float = 20) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(self.output())
+            if self.healthy():
+                return
+            time.sleep(0.05)
+        raise AssertionError("the head did not become healthy")
+
+    def finish(self, stop: bool = False, seconds: float = 30) -> tuple[int, str]:
+        """The exit code and the output, once the process ended (stopped with SIGTERM if `stop`)."""
+        if stop:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=seconds), self.output()
+
+    def output(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        return self.proc.stdout.read()
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    return make_model(tmp_path)
+
+
+@pytest.fixture
+def pair(model: Path):
+    """A head and a worker that met on the master port; both stopped afterwards."""
+    master = free_port()
+    head = Node(cluster_argv(model, 0, master), port=free_port())
+    time.sleep(0.5)
+    # The API server does not listen before the engine is up, and the engine waits for rank 1.
+    assert head.proc.poll() is None and not head.healthy()
+    worker = Node(cluster_argv(model, 1, master))
+    head.wait_healthy()
+    yield head, worker
+    for node in (head, worker):
+        if node.proc.poll() is None:
+            node.proc.send_signal(signal.SIGTERM)
+            node.proc.wait(timeout=10)
+
+
+def test_head_serves_once_the_worker_joined(pair: tuple[Node, Node]):
+    head, worker = pair
+    assert head.get("/v1/models") == 200
+    status, body = head.post("/v1/completions", {"model": SERVED, "prompt": "two sparks", "max_tokens": 4})
+    assert status == 200 and body["choices"][0]["text"]
+    assert worker.proc.poll() is None
+    code, out = worker.finish(stop=True)
+    assert code == 0
+    launch = TEXTS["headless-worker-launch"].format(version=DATA["vllm_version"], address=f"127.0.0.1:{_port(out)}")
+    assert launch in out
+    # Each node holds half of the weights (tensor parallel size 2).
+    assert "Model loading took 17.43 GiB" in out
+
+
+def _port(out: str) -> str:
+    """The master port as the worker's rendezvous line names it."""
+    line = next(line for line in out.splitlines() if "distributed_init_method=tcp://" in line)
+    return line.split("tcp://127.0.0.1:", 1)[1].split()[0]
+
+
+def test_a_worker_that_cannot_reach_the_head_fails_after_the_timeout(model: Path):
+    closed = free_port()
+    worker = Node(cluster_argv(model, 1, closed, ["--distributed-timeout-seconds", "1"]))
+    code, out = worker.finish()
+    assert code == 1
+    spec = TORCH["torch-connect-timeout"]
+    text = spec["template"].format(timeout_ms=1000, host="127.0.0.1", port=closed)
+    assert f"{spec['exception']}: {text}" in out
+    assert TEXTS["worker-proc-failed-to-start"] in out
+    assert f"Exception: {TEXTS['worker-proc-init-failed']}" in out
+
+
+def test_a_head_whose_worker_never_comes_fails_after_the_timeout(model: Path):
+    head = Node(cluster_argv(model, 0, free_port(), ["--distributed-timeout-seconds", "1"]), port=free_port())
+    code, out = head.finish()
+    assert code == 1
+    spec = TORCH["torch-wait-for-workers"]
+    assert f"{spec['exception']}: {spec['template'].format(seconds=2, joined=1, world_size=2)}" in out
+    assert TEXTS["engine-core-failed-to-start"] in out
+    assert TEXTS["engine-core-failed"].format(finished="{}") in out
+
+
+def test_losing_the_worker_ends_the_head_at_its_next_step(pair: tuple[Node, Node]):
+    head, worker = pair
+    worker.proc.kill()
+    worker.proc.wait(timeout=10)
+    # An idle engine runs no collective, so vLLM notices the loss only with the next request.
+    time.sleep(0.3)
+    assert head.healthy()
+    chat = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}]}
+    status, body = head.post("/v1/chat/completions", chat)
+    error = body["error"]
+    assert (status, error["message"], error["type"]) == (500, TEXTS["engine-dead"], "InternalServerError")
+    code, out = head.finish()
+    # uvicorn's graceful shutdown after EngineDeadError: status 0
+    # (https://github.com/vllm-project/vllm/issues/48966).
+    assert code == 0
+    nccl = TEXTS["nccl-error"].format(error=TORCH["nccl-remote-error"]["template"])
+    assert f"RuntimeError: {nccl}" in out
+    assert TEXTS["engine-core-fatal"] in out
+    assert f"RuntimeError: {TEXTS['worker-failed'].format(error=nccl)}" in out
+    assert f"EngineDeadError: {TEXTS['engine-dead']}" in out
+
+
+def kv_tokens(out: str) -> int:
+    line = next(line for line in out.splitlines() if "GPU KV cache size: " in line)
+    return int(line.split("GPU KV cache size: ", 1)[1].split()[0].replace(",", ""))
+
+
+def test_memory_per_node_follows_the_parallel_sizes(pair: tuple[Node, Node], model: Path):
+    head, _worker = pair
+    _code, split = head.finish(stop=True)
+    single = Node(cluster_argv(model, 0, 0)[:8], port=free_port())
+    single.wait_healthy()
+    _code, whole = single.finish(stop=True)
+    assert "Model loading took 34.86 GiB" in whole and "Model loading took 17.43 GiB" in split
+    # Half the weights per node leaves more memory for the KV cache, and each node holds half
+    # of every token's KV cache (the KV heads are split): more than twice the tokens.
+    assert kv_tokens(split) > 2 * kv_tokens(whole)
+
+
+@pytest.mark.parametrize("extra, text", [
+    (["--tensor-parallel-size", "2"], "World size (2) is larger than the number of available GPUs (1) in this node."),
+    (["-tp", "2", "--nnodes", "2", "--node-rank", "1", "--headless", "--api-server-count", "1"],
+     "ValueError: --api-server-count=1 cannot be used with --headless"),
+    (["-tp", "2", "--nnodes", "2", "--node-rank", "2", "--headless"],
+     "AssertionError: node_rank=2 must be less than nnodes=2."),
+])
+def test_a_combination_vllm_refuses_is_refused_by_a_real_process(model: Path, extra: list[str], text: str):
+    node = Node([str(model), "--enforce-eager", *extra], port=free_port())
+    code, out = node.finish()
+    assert code == 1 and text in out
+
+
+def test_heads_must_divide_by_the_tensor_parallel_size(tmp_path: Path):
+    model = make_model(tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "text_config": {"num_attention_heads": 3}}))
+    node = Node([str(model), "--enforce-eager", "-tp", "2", "--nnodes", "2"], port=free_port())
+    code, out = node.finish()
+    assert code == 1
+    assert TEXTS["heads-not-divisible-by-tp"].format(heads=3, tensor_parallel_size=2) in out
