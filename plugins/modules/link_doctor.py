@@ -17,7 +17,7 @@ description:
     (C(/sys/class/infiniband/DEV/ports/1/gids/*) and C(gid_attrs/types/*), as the kernel documents them in
     C(Documentation/ABI/stable/sysfs-class-infiniband)).
   - Then a don't-fragment ping filling one frame (C(ping -M do -s MTU-28 -c 1 -W 1 -I IF PEER)) to every peer
-    address of O(peers): a link whose two ends differ in MTU passes small packets and fails this one, as NCCL's large
+    address of O(peers) - a link whose two ends differ in MTU passes small packets and fails this one, as NCCL's large
     transfers fail (C(IBV_WC_RETRY_EXC_ERR)).
   - Each problem is a finding with its severity, what was found, what was expected and the fix. The module never fails
     on findings; the caller decides. Changes nothing.
