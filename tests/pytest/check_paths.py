@@ -71,19 +71,21 @@ def _follow(role: str, name: str, found: set[TaskFile]) -> None:
 
 def check_play_files() -> set[TaskFile]:
     """Every task file the check play runs (its tasks are import_role tasks)."""
-    play = load(ROOT / "playbooks/check.yml")[0]
     found: set[TaskFile] = set()
-    for task in play["tasks"]:
-        spec = task["ansible.builtin.import_role"]
+    for spec in check_play_roles():
         found |= task_files(role_name(spec["name"]), spec.get("tasks_from", "main"))
     return found
 
 
 def check_play_imports() -> dict[str, str]:
     """role -> the entry point the check play imports it with."""
+    return {role_name(spec["name"]): spec.get("tasks_from", "main") for spec in check_play_roles()}
+
+
+def check_play_roles() -> list[dict]:
+    """The check play's import_role / include_role arguments, in order."""
     play = load(ROOT / "playbooks/check.yml")[0]
-    specs = [task["ansible.builtin.import_role"] for task in play["tasks"]]
-    return {role_name(spec["name"]): spec.get("tasks_from", "main") for spec in specs}
+    return [task[key] for task in play["tasks"] for key in INCLUDE_ROLE if key in task]
 
 
 def site_roles() -> list[str]:

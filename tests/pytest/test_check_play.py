@@ -34,6 +34,7 @@ NEEDS_THE_BOX = {
     "docker_daemon_config_path": "the daemon.json on the box must be valid JSON: the probe reads it",
     "firewall_sshd_binary": "the SSH port comes from `sshd -T` on the box (tasks/plan.yml)",
     "firewall_fleet_hosts": "the fleet's addresses come from each host's facts (tasks/plan.yml)",
+    "link_apply_command": "whether the addresses and the MTU are in force once it has run (tasks/present.yml)",
     "vllm_flush_page_cache_required": "whether the box can flush its page cache, asked when it must",
     "vllm_image": "whether the image is in the box's Docker engine after the docker role ran",
     "vllm_image_pull": "whether the image is in the box's Docker engine after the docker role ran",
