@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.filter.model import model_manifest_covers
 from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan import (
     covers,
     human_bytes,
@@ -189,7 +188,3 @@ def test_progress_line_and_units():
 def test_a_manifest_covers_only_the_selection_it_was_written_for(written_for, include, exclude, expected):
     assert covers({"commit": "c" * 40, "files": [], **written_for}, include, exclude) is expected
 
-
-def test_the_check_tasks_and_the_program_use_the_same_covers():
-    assert model_manifest_covers({"include": ["*.json"], "exclude": []}, ["*.json"], []) is True
-    assert model_manifest_covers(None, [], []) is False
