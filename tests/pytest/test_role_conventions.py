@@ -265,7 +265,6 @@ def test_published_results_are_set_by_the_role(role: Path):
     assert published(role) <= set_names
 
 
-
 CHECK_KEY_NAMES = re.compile(r"query\('ansible\.builtin\.varnames', '([^']+)'\)")
 
 

@@ -187,4 +187,3 @@ def test_progress_line_and_units():
 )
 def test_a_manifest_covers_only_the_selection_it_was_written_for(written_for, include, exclude, expected):
     assert covers({"commit": "c" * 40, "files": [], **written_for}, include, exclude) is expected
-
