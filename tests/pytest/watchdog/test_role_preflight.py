@@ -45,20 +45,21 @@ def preflight(tmp_path: Path, **variables) -> subprocess.CompletedProcess:
 def test_thresholds_that_cannot_be_meant_stop_the_play(tmp_path, variables):
     done = preflight(tmp_path, **variables)
     assert done.returncode != 0
-    assert "TASK [watchdog : Check the thresholds" in done.stdout
+    assert "TASK [watchdog : Check the watchdog settings]" in done.stdout
     assert "expected numbers with 50 <= steady <= startup <= hard ceiling" in done.stdout, done.stdout[-3000:]
 
 
 def test_the_default_thresholds_pass(tmp_path):
     done = preflight(tmp_path)
-    # Past the threshold check; a machine without systemd fails later, at the service check.
+    # Past the settings check; a machine without systemd fails later, at the service check.
     assert "expected numbers with 50 <= steady" not in done.stdout
-    assert "TASK [watchdog : Check the polling and action settings]" in done.stdout, done.stdout[-3000:]
+    assert "TASK [watchdog : Check the watchdog settings]" in done.stdout, done.stdout[-3000:]
+    assert "TASK [watchdog : Read systemd's runtime directory" in done.stdout, done.stdout[-3000:]
 
 
 def test_a_confirmation_interval_longer_than_the_fast_poll_stops_the_play(tmp_path):
     done = preflight(tmp_path, watchdog_confirm_interval_seconds=0.08)
     assert done.returncode != 0
-    assert "TASK [watchdog : Check the polling and action settings]" in done.stdout
+    assert "TASK [watchdog : Check the watchdog settings]" in done.stdout
     assert "watchdog_confirm_interval_seconds between 0.001 and watchdog_poll_fast_seconds (0.08)" in done.stdout, \
         done.stdout[-3000:]
