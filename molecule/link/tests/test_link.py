@@ -1,0 +1,129 @@
+"""The link between two simulated Sparks as the link role left it, proved with real frames of 9000
+bytes; then the doctor on a link whose ends differ in MTU, the role putting it right, a wrong interface
+name refused before any change, and the undo.
+
+The tests run in this order and share the boxes (each leaves them as the role made them, but the last).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import testinfra
+import yaml
+from spark_testinfra import recap_changed, run_playbook
+
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+SCENARIO = Path(__file__).resolve().parents[1]
+ADDRESS = {"link-spark-a": "192.168.100.10", "link-spark-b": "192.168.100.11"}
+NETPLAN = "/etc/netplan/40-sparkfleet-link.yaml"
+NVIDIA = "/etc/netplan/40-cx7.yaml"
+BACKUP = "/var/lib/sparkfleet/link/netplan-replaced/40-cx7.yaml"
+DOCTOR = SCENARIO.parents[1] / "playbooks" / "doctor.yml"
+
+
+def box(name: str):
+    return testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}")
+
+
+def cx7(name: str) -> dict:
+    return json.loads(box(name).check_output("ip -j addr show enp1s0f1np1"))[0]
+
+
+def ipv4(name: str) -> list[str]:
+    return [f"{a['local']}/{a['prefixlen']}" for a in cx7(name)["addr_info"] if a["family"] == "inet"]
+
+
+def changed_by_host(output: str) -> dict[str, int]:
+    recap = output.rsplit("PLAY RECAP", maxsplit=1)[-1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s*:.*?changed=(\d+)", recap, re.MULTILINE)}
+
+
+def ping(source: str, target: str) -> int:
+    """A don't-fragment ping of 8972 bytes (one frame of 9000) over enp1s0f1np1."""
+    return box(source).run(f"ping -M do -s 8972 -c 1 -W 1 -I enp1s0f1np1 {ADDRESS[target]}").rc
+
+
+def test_netplan_file_holds_the_address_by_rank_and_mtu_9000():
+    for name, address in ADDRESS.items():
+        netplan = box(name).file(NETPLAN)
+        assert netplan.mode == 0o600 and netplan.user == "root"
+        assert yaml.safe_load(netplan.content_string) == {"network": {"version": 2, "ethernets": {"enp1s0f1np1": {
+            "addresses": [f"{address}/24"], "dhcp4": False, "dhcp6": False, "link-local": [], "mtu": 9000}}}}
+        # What networkd was given (netplan generate), not only what the role wrote.
+        assert "MTUBytes=9000" in box(name).file("/run/systemd/network/10-netplan-enp1s0f1np1.network").content_string
+
+
+def test_nvidias_file_was_kept_aside():
+    a = box("link-spark-a")
+    assert not a.file(NVIDIA).exists
+    assert "192.168.100.10/24" in a.file(BACKUP).content_string
+
+
+def test_addresses_and_mtu_in_force():
+    for name, address in ADDRESS.items():
+        assert f"{address}/24" in ipv4(name)
+        assert cx7(name)["mtu"] == 9000
+
+
+def test_frames_of_9000_bytes_pass_both_ways_over_the_new_addresses():
+    assert ping("link-spark-a", "link-spark-b") == 0
+    assert ping("link-spark-b", "link-spark-a") == 0
+
+
+def test_the_doctor_finds_the_link_ready_but_for_the_missing_roce_device():
+    done = run_playbook(DOCTOR)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert recap_changed(done.stdout) == 0
+    assert "WARNING roce enp1s0f1np1: no RoCE device under /sys/class/net/enp1s0f1np1/device/infiniband" in out
+    assert "ERROR" not in out
+
+
+def test_mtu_mismatch_found_by_the_doctor_with_its_fix_then_put_right_by_the_role():
+    box("link-spark-b").check_output("ip link set enp1s0f1np1 mtu 1500")
+    # Small packets still pass: the link looks fine until a full frame is sent.
+    assert box("link-spark-a").run(f"ping -c 1 -W 1 -I enp1s0f1np1 {ADDRESS['link-spark-b']}").rc == 0
+    assert ping("link-spark-a", "link-spark-b") != 0
+    done = run_playbook(DOCTOR)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "ERROR mtu enp1s0f1np1: MTU 1500 on link-spark-b enp1s0f1np1; expected 9000" in out
+    assert "`sudo ip link set enp1s0f1np1 mtu 9000`" in out
+    assert ("the ends of 192.168.100.0/24 differ in MTU: link-spark-a enp1s0f1np1 9000, link-spark-b enp1s0f1np1 "
+            "1500") in out
+    assert ("ERROR ping enp1s0f1np1: link-spark-a enp1s0f1np1 -> link-spark-b 192.168.100.11: no answer to a "
+            "don't-fragment ping") in out
+    # The netplan file did not change; the runtime did: the role applies it again on link-spark-b only.
+    fixed = run_playbook(SCENARIO / "converge.yml")
+    assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
+    assert cx7("link-spark-b")["mtu"] == 9000
+    assert ping("link-spark-a", "link-spark-b") == 0
+    assert changed_by_host(fixed.stdout) == {"link-spark-a": 0, "link-spark-b": 2}
+    assert run_playbook(DOCTOR).returncode == 0
+
+
+def test_a_wrong_interface_name_is_refused_before_any_change():
+    before = {name: (box(name).file(NETPLAN).content_string, ipv4(name)) for name in ADDRESS}
+    done = run_playbook(SCENARIO / "converge.yml", {"link_interfaces": ["enP2p1s0f1np1"]})
+    assert done.returncode != 0
+    # Ansible prints a failed task's message to standard error here (ansible-core 2.19 under Molecule).
+    assert "link_interfaces names enP2p1s0f1np1, which link-spark-a does not have; found docker0, enp1s0f1np1, eth" \
+        in done.stdout + done.stderr
+    assert recap_changed(done.stdout) == 0
+    assert {name: (box(name).file(NETPLAN).content_string, ipv4(name)) for name in ADDRESS} == before
+
+
+def test_undo_restores_what_was_there():
+    done = run_playbook(SCENARIO / "converge.yml", {"link_state": "absent"})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    for name in ADDRESS:
+        assert not box(name).file(NETPLAN).exists
+    a = box("link-spark-a")
+    assert a.file(NVIDIA).content_string.startswith("network:\n  version: 2\n")
+    assert not a.file(BACKUP).exists
+    # networkd dropped what no file configures any more (link-spark-a's NVIDIA file gives it .10 again).
+    assert "192.168.100.11/24" not in ipv4("link-spark-b")

@@ -1,0 +1,162 @@
+#!/usr/bin/python
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: link_doctor
+short_description: What is wrong with a DGX Spark's ConnectX-7 link to the other boxes of its cluster, and the fix
+version_added: 0.1.0
+author: sparkfleet maintainers (@sparkfleet)
+description:
+  - For each link interface, read now - the link is up (C(operstate)), its MTU is O(mtu), it has an IPv4 address, it has
+    a RoCE device (C(/sys/class/net/IF/device/infiniband/*)) and the RoCE v2 GID index of its address
+    (C(/sys/class/infiniband/DEV/ports/1/gids/*) and C(gid_attrs/types/*), as the kernel documents them in
+    C(Documentation/ABI/stable/sysfs-class-infiniband)).
+  - Then a don't-fragment ping filling one frame (C(ping -M do -s MTU-28 -c 1 -W 1 -I IF PEER)) to every peer
+    address of O(peers): a link whose two ends differ in MTU passes small packets and fails this one, as NCCL's large
+    transfers fail (C(IBV_WC_RETRY_EXC_ERR)).
+  - Each problem is a finding with its severity, what was found, what was expected and the fix. The module never fails
+    on findings; the caller decides. Changes nothing.
+options:
+  interfaces:
+    description: The link interfaces to examine. Empty examines the ConnectX-7 interfaces with a link (driver
+      C(mlx5_core), operstate C(up)).
+    type: list
+    elements: str
+    default: []
+  mtu:
+    description: The MTU the link needs.
+    type: int
+    default: 9000
+  peers:
+    description: The addresses to ping, each C(interface) (from which), C(host) (the peer's inventory name, for the
+      messages) and C(address).
+    type: list
+    elements: dict
+    default: []
+  require_roce:
+    description: Whether an interface without a RoCE device is an error (V(true)) or a warning.
+    type: bool
+    default: true
+  host:
+    description: This box's name in the messages; the node name by default.
+    type: str
+    default: ""
+  sys_root:
+    description: Where sysfs is mounted (tests point it at a tree of their own).
+    type: path
+    default: /sys
+requirements:
+  - C(ip) from iproute2 and C(ping) from iputils (C(-M do)).
+extends_documentation_fragment:
+  - sparkfleet.serving.checks.READ_ONLY
+"""
+
+EXAMPLES = r"""
+- name: Examine the link
+  sparkfleet.serving.link_doctor:
+    interfaces: [enp1s0f1np1]
+    peers:
+      - {interface: enp1s0f1np1, host: spark-b, address: 192.168.100.11}
+  register: doctor
+"""
+
+RETURN = r"""
+findings:
+  description: The problems found, each with its fix; empty when the link is ready.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - severity: error
+      interface: enp1s0f1np1
+      check: mtu
+      found: MTU 1500 on spark-b enp1s0f1np1
+      expected: "9000"
+      fix: run the link role (playbooks/link.yml) on spark-b, or `sudo ip link set enp1s0f1np1 mtu 9000` there now ...
+interfaces:
+  description: What was read of each examined interface (as M(sparkfleet.serving.link_facts) returns it), with
+    C(gid_index) (by IPv4 address, the RoCE v2 GID index or null).
+  returned: always
+  type: list
+  elements: dict
+pings:
+  description: Each ping made, C(interface), C(host), C(address) and C(ok).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+import platform
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.serving.plugins.module_utils.link import (
+    discover,
+    finding,
+    local_findings,
+    parse_ip_addr,
+    ping_command,
+    ping_finding,
+    read_interface,
+    read_interfaces,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "interfaces": {"type": "list", "elements": "str", "default": []},
+            "mtu": {"type": "int", "default": 9000},
+            "peers": {"type": "list", "elements": "dict", "default": []},
+            "require_roce": {"type": "bool", "default": True},
+            "host": {"type": "str", "default": ""},
+            "sys_root": {"type": "path", "default": "/sys"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    host = params["host"] or platform.node()
+    sys_root = params["sys_root"]
+    names = params["interfaces"] or discover(read_interfaces(sys_root))
+    ip = module.get_bin_path("ip", required=True)
+    rc, out, err = module.run_command([ip, "-j", "addr", "show"])
+    if rc != 0:
+        module.fail_json(msg=f"`ip -j addr show` failed (rc {rc}): {err.strip()}")
+    addresses = parse_ip_addr(out)
+    settings = {"mtu": params["mtu"], "require_roce": params["require_roce"], "sys_root": sys_root}
+    findings: list[dict] = []
+    examined: list[dict] = []
+    if not names:
+        findings.append(finding("error", "", "link", (
+            f"no ConnectX-7 interface with a link on {host}", "an mlx5_core interface whose operstate is up",
+            "connect the QSFP cable (the same port on both boxes) and check `ibdev2netdev`")))
+    for name in names:
+        if not os.path.isdir(os.path.join(sys_root, "class", "net", name)):
+            findings.append(finding("error", name, "link", (
+                f"no interface {name} on {host}", "the link interface",
+                "name an interface that `ip link` shows in link_interfaces")))
+            continue
+        interface = read_interface(sys_root, name)
+        interface["ipv4"] = addresses.get(name, [])
+        found, gids = local_findings(host, interface, settings)
+        findings.extend(found)
+        examined.append({**interface, "gid_index": gids})
+    pings = []
+    ping = module.get_bin_path("ping", required=bool(params["peers"]))
+    for peer in params["peers"]:
+        rc, out, err = module.run_command(ping_command(ping, peer["interface"], peer["address"], params["mtu"]))
+        pings.append({**peer, "ok": rc == 0})
+        problem = ping_finding(host, peer, params["mtu"], (rc, out + err))
+        if problem:
+            findings.append(problem)
+    module.exit_json(changed=False, findings=findings, interfaces=examined, pings=pings)
+
+
+if __name__ == "__main__":
+    main()
