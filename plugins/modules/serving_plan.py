@@ -112,8 +112,8 @@ options:
     type: int
   weight_shards:
     description:
-      - How many GPUs share the weights (the tensor x pipeline parallel size of a cluster of Sparks, one GPU each):
-        each holds this share of them, which the memory rules count instead of the whole.
+      - How many GPUs share the weights (the tensor x pipeline parallel size of a cluster of Sparks, one GPU each).
+        Each holds this share of them, which the memory rules count instead of the whole.
     type: int
     default: 1
   gpu_facts:

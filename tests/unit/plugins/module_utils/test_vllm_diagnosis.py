@@ -328,6 +328,7 @@ CLUSTER_MEMBER_LOST = "\n".join([
     '(above) for the root cause.',
 ]) + "\n"
 
+
 @pytest.mark.parametrize(("log", "key", "variable"), [
     (OOM, "oom", "vllm_enforce_eager"),
     (MAMBA, "mamba-block-size", "vllm_kv_cache_dtype"),
