@@ -458,7 +458,8 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
     settings: model, model_path, quantization, dtype, gpu_memory_utilization, max_model_len,
     max_num_seqs, max_num_batched_tokens, kv_cache_dtype, enforce_eager,
     enable_prefix_caching (true, false or None = the model's default), shm_size,
-    served_model_name, weights_bytes, and from the module: model_config (config.json as a
+    served_model_name, weights_bytes, weight_shards (the GPUs that share the weights, 1 when
+    not given), and from the module: model_config (config.json as a
     dict) and weights_on_disk_bytes.
     facts: unified_memory, mem_total_bytes, and optionally gpu_names, compute_caps,
     gpu_memory_total_bytes.
@@ -473,6 +474,10 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
     config = {**builtin, **on_disk}
     sources = [name for name, present in (("config.json", on_disk), ("built-in", builtin)) if present]
     weights, weights_source = weights_size(settings, known)
+    # A cluster's tensor x pipeline parallel size: each GPU (one per Spark) holds that share of the weights.
+    shards = int(settings.get("weight_shards") or 1)
+    if weights and shards > 1:
+        weights, weights_source = -(-weights // shards), f"{weights_source}, 1/{shards} per GPU"
     utilization = settings.get("gpu_memory_utilization")
     plan = {
         "known": known,

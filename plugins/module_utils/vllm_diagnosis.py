@@ -336,6 +336,54 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "to --enable-log-outputs, or drop --enable-log-outputs."
         ),
     ),
+    # vLLM's multi-node mode (--nnodes): the ranks meet in torch.distributed's TCPStore on the head's
+    # --master-port (vllm/distributed/parallel_state.py:1423, init_distributed_environment, 0.19.1); the
+    # texts are torch's (pytorch v2.10.0, the pin of vLLM 0.19.1), which vLLM prints under its own
+    # "WorkerProc failed to start." (vllm/v1/executor/multiproc_executor.py:857).
+    KnownFailure(
+        key="cluster-member-missing",
+        title="A member of the cluster did not join the head's rendezvous",
+        # torch/csrc/distributed/c10d/TCPStore.cpp, TCPStore::waitForWorkers.
+        patterns=(r"DistStoreError: Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined\.",),
+        variables=("vllm_master_port", "vllm_tensor_parallel_size", "vllm_pipeline_parallel_size"),
+        advice=(
+            "The head waited on its master port (vllm_master_port) for every rank of the cluster and not all "
+            "came. Read the diagnosis of the other members' vllm containers: a member whose container is not "
+            "running, that cannot reach the head's link address (playbooks/doctor.yml examines the link) or whose "
+            "firewall drops vllm_master_port on the link; or parallel sizes that ask for more ranks than the "
+            "cluster's members run (vllm_tensor_parallel_size x vllm_pipeline_parallel_size = members x "
+            "vllm_gpus_per_node)."
+        ),
+    ),
+    KnownFailure(
+        key="cluster-head-unreachable",
+        title="This member could not reach the head of its cluster",
+        # torch/csrc/distributed/c10d/socket.cpp, SocketConnectOp::throwTimeoutError.
+        patterns=(r"DistNetworkError: The client socket has timed out after \d+ms while trying to connect to "
+                  r"\([^)]*\)\.",),
+        variables=("vllm_master_port",),
+        advice=(
+            "A headless member connects to the head's link address and master port (vllm_master_port) and gave up "
+            "after --distributed-timeout-seconds: the head's container was not running or had left the "
+            "rendezvous (the role starts every member of a cluster anew together: run it on the whole cluster, "
+            "without --limit), the link is down (playbooks/doctor.yml), or a firewall drops the port on the link."
+        ),
+    ),
+    KnownFailure(
+        key="cluster-member-lost",
+        title="A member of the cluster went away while the model was served",
+        # NCCL's text for ncclRemoteError (NVIDIA/nccl src/init.cc, ncclGetErrorString) under vLLM's
+        # "NCCL error: {error}" (vllm/distributed/device_communicators/pynccl_wrapper.py:373).
+        patterns=(re.escape(MESSAGES["nccl-error"][2].format(
+            error="remote process exited or there was a network error")),),
+        variables=("vllm_master_port",),
+        advice=(
+            "vLLM cannot go on without every rank: the engine died at its next collective operation. The role "
+            "starts the whole cluster anew on its next run (a member's container not running, or the head's "
+            "completion failing); find why the member went away (its container's log, the memory watchdog, "
+            "the link: playbooks/doctor.yml)."
+        ),
+    ),
     KnownFailure(
         key="invalid-arguments",
         title="vLLM refused its command line",

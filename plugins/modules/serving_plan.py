@@ -110,6 +110,12 @@ options:
       - Size of the weights in bytes, when known better than from O(model_path) or the built-in figures of a
         known model.
     type: int
+  weight_shards:
+    description:
+      - How many GPUs share the weights (the tensor x pipeline parallel size of a cluster of Sparks, one GPU each).
+        Each holds this share of them, which the memory rules count instead of the whole.
+    type: int
+    default: 1
   gpu_facts:
     description:
       - C(ansible_facts.sparkfleet_gpu) from M(sparkfleet.serving.gpu_facts), for GPU names,
@@ -302,6 +308,7 @@ SETTINGS = (
     "shm_size",
     "served_model_name",
     "weights_bytes",
+    "weight_shards",
 )
 
 
@@ -347,7 +354,7 @@ def box_facts(module: AnsibleModule) -> dict:
 
 def check_options(params: dict) -> dict:
     """Options AnsibleModule cannot range-check; returns the thresholds for check_plan."""
-    for option in ("mem_total_bytes", "weights_bytes"):
+    for option in ("mem_total_bytes", "weights_bytes", "weight_shards"):
         check_range(params[option], option, low=1)
     check_range(params["min_free_after_weights_bytes"], "min_free_after_weights_bytes", low=0)
     check_range(params["gpu_memory_utilization"], "gpu_memory_utilization")
@@ -437,6 +444,7 @@ def main() -> None:
             "unified_memory": {"type": "bool"},
             "mem_total_bytes": {"type": "int"},
             "weights_bytes": {"type": "int"},
+            "weight_shards": {"type": "int", "default": 1},
             "gpu_facts": {"type": "dict"},
             "meminfo_path": {"type": "path", "default": "/proc/meminfo"},
             "min_free_after_weights_bytes": {"type": "int", "default": 64 * 1024**3},

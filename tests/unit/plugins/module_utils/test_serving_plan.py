@@ -130,6 +130,16 @@ def test_weights_size_from_the_caller_wins():
     assert "weights_leave_too_little_memory" in rules(result, "error")
 
 
+def test_a_cluster_member_holds_its_share_of_the_weights():
+    # 100 GiB of weights leave too little of one 128 GB Spark; split over two (tensor parallel size 2) they do not.
+    alone = plan(weights_bytes=100 * GIB)
+    shared = plan(weights_bytes=100 * GIB, weight_shards=2)
+    assert shared["weights_bytes"] == 50 * GIB
+    assert shared["weights_source"] == "given (weights_bytes), 1/2 per GPU"
+    assert "weights_leave_too_little_memory" in rules(alone, "error")
+    assert "weights_leave_too_little_memory" not in rules(shared)
+
+
 def test_weights_on_discrete_gpu_compare_with_gpu_memory():
     too_big = check_plan(
         {**RECIPE, "model": "/model", "weights_bytes": 70 * GIB, "model_config": LLAMA_8B_CONFIG}, H100

@@ -300,6 +300,35 @@ HEALTHY = "\n".join([
 ]) + "\n"
 
 
+# vLLM 0.19.1's multi-node mode: the head's worker waiting in torch's TCPStore for a rank that never came
+# (pytorch v2.10.0 TCPStore::waitForWorkers), a headless member that could not reach the head (socket.cpp
+# SocketConnectOp::throwTimeoutError), and the head's engine after a member went away (NCCL's
+# ncclRemoteError text under vLLM's NCCL_CHECK).
+CLUSTER_MISSING = "\n".join([
+    '(Worker pid=42) ERROR 12-01 17:40:02 [multiproc_executor.py:857] WorkerProc failed to start.',
+    '(Worker pid=42)   File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/parallel_state.py", line 1423,'
+    ' in init_distributed_environment',
+    '(Worker pid=42) torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 1/2 clients '
+    'joined.',
+]) + "\n"
+
+CLUSTER_HEAD_UNREACHABLE = "\n".join([
+    '(APIServer pid=1) INFO 12-01 17:30:01 [serve.py:194] Launching vLLM (v0.19.1) headless multiproc executor, '
+    'with head node address 192.168.100.10:29501 for torch.distributed process group.',
+    '(Worker pid=3) ERROR 12-01 17:40:01 [multiproc_executor.py:857] WorkerProc failed to start.',
+    '(Worker pid=3) torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while trying'
+    ' to connect to (192.168.100.10, 29501).',
+]) + "\n"
+
+CLUSTER_MEMBER_LOST = "\n".join([
+    '(Worker_TP0 pid=3) ERROR 12-01 17:45:10 [multiproc_executor.py:949] WorkerProc hit an exception.',
+    '(Worker_TP0 pid=3) RuntimeError: NCCL error: remote process exited or there was a network error',
+    '(EngineCore_DP0 pid=2) ERROR 12-01 17:45:10 [core.py:1110] EngineCore encountered a fatal error.',
+    '(APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace '
+    '(above) for the root cause.',
+]) + "\n"
+
+
 @pytest.mark.parametrize(("log", "key", "variable"), [
     (OOM, "oom", "vllm_enforce_eager"),
     (MAMBA, "mamba-block-size", "vllm_kv_cache_dtype"),
@@ -337,6 +366,9 @@ HEALTHY = "\n".join([
     (ATTENTION_BACKEND_TWICE, "unknown-attention-backend", "vllm_extra_args"),
     (MODEL_NOT_FIRST, "model-not-first", "vllm_model_path"),
     (LOG_OUTPUTS, "log-outputs-without-log-requests", "vllm_extra_args"),
+    (CLUSTER_MISSING, "cluster-member-missing", "vllm_master_port"),
+    (CLUSTER_HEAD_UNREACHABLE, "cluster-head-unreachable", "vllm_master_port"),
+    (CLUSTER_MEMBER_LOST, "cluster-member-lost", "vllm_master_port"),
 ])
 def test_each_known_failure_is_diagnosed_first_and_names_its_variable(log: str, key: str, variable: str):
     found = diagnose(log)
@@ -354,7 +386,8 @@ def test_every_known_failure_has_a_test_excerpt():
               "free-memory-at-startup", "memory-profiling", "no-kv-cache-memory", "max-model-len-above-model",
               "invalid-tool-call-parser", "invalid-reasoning-parser", "auto-tool-choice-without-parser",
               "unknown-quantization", "gpu-memory-utilization-out-of-range", "unknown-load-format",
-              "unknown-attention-backend", "model-not-first", "log-outputs-without-log-requests"}
+              "unknown-attention-backend", "model-not-first", "log-outputs-without-log-requests",
+              "cluster-member-missing", "cluster-head-unreachable", "cluster-member-lost"}
     assert {f.key for f in KNOWN_FAILURES} == tested
 
 
@@ -394,7 +427,8 @@ def test_summary_without_match_says_so():
 @pytest.mark.parametrize("log", [FREE_MEMORY, PROFILING, NO_KV_MEMORY, MODEL_LEN, SIGBUS, UNKNOWN_FLAG, TOOL_PARSER,
                                  REASONING_PARSER, AUTO_TOOL, QUANTIZATION, REASONING_NOT_FOUND,
                                  REASONING_NOT_REGISTERED, UTILIZATION_ZERO, UTILIZATION_PERCENT, LOAD_FORMAT,
-                                 ATTENTION_BACKEND, ATTENTION_BACKEND_TWICE, MODEL_NOT_FIRST, LOG_OUTPUTS])
+                                 ATTENTION_BACKEND, ATTENTION_BACKEND_TWICE, MODEL_NOT_FIRST, LOG_OUTPUTS,
+                                 CLUSTER_MISSING, CLUSTER_HEAD_UNREACHABLE, CLUSTER_MEMBER_LOST])
 def test_each_real_message_gets_exactly_one_diagnosis(log: str):
     # One cause, one advice: a real message must not also trip a neighbouring pattern.
     assert len(diagnose(log)) == 1, [f["key"] for f in diagnose(log)]

@@ -1,0 +1,137 @@
+"""Two simulated Sparks serving one model with vLLM's multi-node mode, as the vllm role left them: each
+member's container with its own rank, arguments and link environment, a real completion through the head's
+API (the stand-in's ranks meet over the link in a real TCP rendezvous), no API on the worker; then a worker
+killed, and a head that came back alone: each time the role, run again, starts the cluster anew as one unit.
+
+The tests run in this order and share the boxes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import openai
+import testinfra
+from spark_testinfra import golden_vllm_argv, inspect_container, run_playbook
+
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+SCENARIO = Path(__file__).resolve().parents[1]
+HEAD, WORKER = "vc-spark-a", "vc-spark-b"
+LINK = {HEAD: "192.168.100.10", WORKER: "192.168.100.11"}
+KEY = "sk-molecule-cluster-test"
+SERVED = "qwen3.5-35b"
+
+
+def box(name: str):
+    return testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}")
+
+
+def inspect(name: str) -> dict:
+    return inspect_container(box(name), "vllm")
+
+
+def env(name: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in inspect(name)["Config"]["Env"])
+
+
+def lan_address(name: str) -> str:
+    """The box's address on the scenario's management network, where the controller reaches it."""
+    networks = json.loads(subprocess.check_output(["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}",
+                                                   name], text=True))
+    return networks["vc-lan"]["IPAddress"]
+
+
+def cluster_args(rank: int) -> list[str]:
+    return ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "1", "--nnodes", "2", "--node-rank", str(rank),
+            "--master-addr", LINK[HEAD], "--master-port", "29501"] + (["--headless"] if rank else [])
+
+
+def chat() -> str:
+    client = openai.OpenAI(base_url=f"http://{lan_address(HEAD)}:8000/v1", api_key=KEY, timeout=30, max_retries=0)
+    reply = client.chat.completions.create(model=SERVED, max_tokens=8,
+                                           messages=[{"role": "user", "content": "Reply with the single word OK."}])
+    return reply.choices[0].message.content or ""
+
+
+def test_each_member_runs_its_rank_after_the_profiles_arguments():
+    # The profile's command line, the scenario's extra arguments, then the member's own cluster arguments.
+    base = [*golden_vllm_argv(), "--distributed-timeout-seconds", "30"]
+    for rank, name in enumerate((HEAD, WORKER)):
+        info = inspect(name)
+        assert info["State"]["Status"] == "running"
+        assert [info["Path"], *info["Args"]] == ["vllm", *base, *cluster_args(rank)]
+        assert info["HostConfig"]["NetworkMode"] == "host"
+
+
+def test_each_member_has_its_own_link_environment():
+    for name, address in LINK.items():
+        found = env(name)
+        assert found["VLLM_HOST_IP"] == address
+        for variable in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES"):
+            assert found[variable] == "enp1s0f1np1", variable
+        # No RoCE device in the test bed: no NCCL_IB_HCA; the GID index is never pinned.
+        assert "NCCL_IB_HCA" not in found and "NCCL_IB_GID_INDEX" not in found
+
+
+def test_the_worker_joined_the_head_over_the_link():
+    logs = box(WORKER).check_output("docker logs vllm 2>&1")
+    assert f"with head node address {LINK[HEAD]}:29501 for torch.distributed process group" in logs
+    assert "Worker_TP1" in logs
+
+
+def test_a_completion_through_the_heads_api():
+    assert chat()
+
+
+def test_the_worker_serves_no_api():
+    try:
+        socket.create_connection((lan_address(WORKER), 8000), timeout=3).close()
+    except OSError:
+        refused = True
+    else:
+        refused = False
+    assert refused
+    assert "Starting vLLM API server" not in box(WORKER).check_output("docker logs vllm 2>&1")
+
+
+def converge_again() -> str:
+    done = run_playbook(SCENARIO / "converge.yml")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    return out
+
+
+def started() -> dict[str, str]:
+    return {name: inspect(name)["State"]["StartedAt"] for name in LINK}
+
+
+def assert_started_anew(before: dict[str, str]) -> None:
+    for name in LINK:
+        info = inspect(name)
+        assert info["State"]["Status"] == "running", name
+        assert info["State"]["StartedAt"] > before[name], name
+    assert chat()
+
+
+def test_a_killed_worker_starts_the_cluster_anew_as_one_unit():
+    # `docker kill` is a manual stop: Docker does not restart the worker, the role finds it not running.
+    before = started()
+    box(WORKER).check_output("docker kill vllm")
+    converge_again()
+    assert_started_anew(before)
+
+
+def test_a_head_that_came_back_alone_fails_its_gate_and_the_cluster_starts_anew():
+    # The head's process dies and Docker restarts it (unless-stopped); the worker, whose rank stays in the
+    # old engine, never joins the new head's rendezvous: the head stops with torch's DistStoreError after
+    # --distributed-timeout-seconds, the gate fails, and the role starts both members anew.
+    before = started()
+    box(HEAD).check_output(f"kill -9 {inspect(HEAD)['State']['Pid']}")
+    out = converge_again()
+    assert "A member of the cluster did not join the head's rendezvous" in out
+    assert "DistStoreError: Timed out after 31 seconds waiting for clients. 1/2 clients joined." in out
+    assert_started_anew(before)
