@@ -98,6 +98,32 @@ def rule(action: str, port: str, proto: str, source: Network | None, purpose: st
     }
 
 
+def cluster_rules(data: dict[str, Any], errors: list[str]) -> list[dict[str, str]]:
+    """A cluster member lets the other members in on its link interfaces, on every port: vLLM's
+    rendezvous (--master-port) is one, but NCCL's and Gloo's sockets and the mp executor's queues
+    take ports the kernel picks (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html
+    has no variable that fixes them). Only from the members' own link addresses, and only on the
+    interface of that subnet: a host elsewhere on the link, or a member's other address, stays out.
+    `cluster_peers` is the link role's published link_network.peers: interface -> {host: address}."""
+    peers = data.get("cluster_peers") or {}
+    if not isinstance(peers, dict):
+        errors.append(f"cluster_peers: found {peers!r}, expected the link role's link_network.peers")
+        return []
+    rules = []
+    for interface, members in sorted(peers.items()):
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,15}", str(interface)) or not isinstance(members, dict):
+            errors.append(f"cluster_peers: interface {interface!r} with {members!r} is not an interface name "
+                          "with the other members' addresses")
+            continue
+        for _host, address in sorted(members.items()):
+            source = parse_network(address, "cluster_peers", errors)
+            if source is not None:
+                rules.append({"rule": "allow", "port": "", "proto": "any", "from": str(source),
+                              "interface": str(interface), "direction": "in",
+                              "comment": f"{MARKER}: cluster allow any from {source} on {interface}"})
+    return rules
+
+
 def sshd_ports(output: str) -> list[int]:
     """The `port N` lines of `sshd -T` (sshd prints one line per port)."""
     return sorted({int(m.group(1)) for m in re.finditer(r"(?m)^port (\d+)\s*$", output)})
@@ -282,6 +308,7 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     ssh_ports, ssh_sources = ssh_plan(data, errors)
     api_port, api_sources, fleet_ports, extra = parse_inputs(data, errors)
     fleet = fleet_addresses(data, errors)
+    cluster = cluster_rules(data, errors)
     if errors:
         return {"errors": errors}
 
@@ -291,6 +318,7 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     fleet_services = [(str(api_port), "tcp")] + [(str(p), "tcp") for p in ssh_ports if ssh_sources] + fleet_ports
     rules += [rule("allow", p, proto, s, "fleet") for s in fleet for p, proto in fleet_services]
     rules += [rule(action, port, proto, source, "extra") for action, port, proto, source in extra]
+    rules += cluster
     unique = list({r["comment"]: r for r in rules}.values())
     blocks = {"/etc/ufw/after.rules": docker_user_lines(api_sources + fleet, 4),
               "/etc/ufw/after6.rules": docker_user_lines(api_sources + fleet, 6)}

@@ -164,9 +164,15 @@ def plan(data: Mapping[str, Any]) -> dict:
         return {"errors": errors}
     number = numbers[data["host"]]
     addresses = {name: f"{network[number]}/24" for name, network in zip(names, networks, strict=False)}
+    # The address every other member has on each of this host's link subnets (the firewall lets
+    # them in on that interface): from the settings alone, so members outside the run count too.
+    peers = {name: {member: str(network[numbers[member]]) for member in data["cluster"]["members"]
+                    if member != data["host"]}
+             for name, network in zip(names, networks, strict=False)}
     return {
         "errors": [],
         "addresses": addresses,
+        "peers": peers,
         "netplan": netplan_document(addresses, int(data["mtu"])),
         "mode": NETPLAN_MODE,
         "replaced": replaced,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -96,6 +97,25 @@ def test_the_worker_serves_no_api():
         refused = False
     assert refused
     assert "Starting vLLM API server" not in box(WORKER).check_output("docker logs vllm 2>&1")
+
+
+def connects(source_box: str, address: str, port: int) -> bool:
+    """Whether a TCP connection from inside the box reaches address:port (ufw drops what it does not allow:
+    the attempt times out)."""
+    probe = (f"import socket; socket.create_connection(({address!r}, {port}), timeout=3).close()")
+    return box(source_box).run(f"python3 -c {probe!r}").rc == 0
+
+
+def test_the_firewall_lets_only_the_members_link_addresses_reach_the_rendezvous():
+    """ufw is active on both members; the head's master port answers the worker's link address and not the
+    worker's other address on the same link network (a host there that is not a member)."""
+    assert "Status: active" in box(HEAD).check_output("ufw status")
+    assert connects(WORKER, LINK[HEAD], 29501)
+    docker_link = json.loads(subprocess.check_output(["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}",
+                                                      HEAD], text=True))["vc-cx7"]["IPAddress"]
+    assert not connects(WORKER, docker_link, 29501)
+    rules = box(HEAD).check_output("ufw show added")
+    assert re.search(rf"allow in on enp1s0f1np1 from {re.escape(LINK[WORKER])}(/32)? ", rules), rules
 
 
 def converge_again() -> str:

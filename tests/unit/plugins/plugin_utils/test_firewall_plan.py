@@ -297,3 +297,37 @@ def test_firewall_input_errors_leave_the_box_to_the_plan() -> None:
     no_port = probe(sshd="sshd: not found", sshd_rc=127)
     refused = plan({**FIREWALL_SETTINGS, "self": "spark-01", "probe": no_port})["errors"]
     assert "Cannot establish the SSH rule" in refused[0]
+
+
+# A cluster member: the other members in on its link interfaces.
+
+PEERS = {"enp1s0f1np1": {"spark-b": "192.168.100.11"}, "enP2p1s0f1np1": {"spark-b": "192.168.101.11"}}
+
+
+def test_a_cluster_member_lets_the_other_members_in_on_each_link_interface_only():
+    result = make(**INPUT, cluster_peers=PEERS)
+    cluster = [rule for rule in result["rules"] if ": cluster " in rule["comment"]]
+    assert cluster == [
+        {"rule": "allow", "port": "", "proto": "any", "from": "192.168.101.11/32", "interface": "enP2p1s0f1np1",
+         "direction": "in", "comment": "sparkfleet.serving.firewall: cluster allow any from 192.168.101.11/32 on "
+                                       "enP2p1s0f1np1"},
+        {"rule": "allow", "port": "", "proto": "any", "from": "192.168.100.11/32", "interface": "enp1s0f1np1",
+         "direction": "in", "comment": "sparkfleet.serving.firewall: cluster allow any from 192.168.100.11/32 on "
+                                       "enp1s0f1np1"},
+    ]
+    # Applied with the other rules; a box in no cluster gets none.
+    assert [step for step in result["apply"] if step.get("interface")] == [{"task": "rule", **r} for r in cluster]
+    assert not [r for r in make(**INPUT)["rules"] if ": cluster " in r["comment"]]
+
+
+def test_a_member_that_left_the_cluster_loses_its_rule():
+    state = converged(added=converged()["added"]["output"]
+                      + "\nufw allow in on enp1s0f1np1 from 192.168.100.12 comment "
+                        "'sparkfleet.serving.firewall: cluster allow any from 192.168.100.12/32 on enp1s0f1np1'")
+    result = make(**INPUT, cluster_peers={"enp1s0f1np1": {}}, probe=state)
+    assert [step["task"] for step in result["apply"]] == ["delete"]
+
+
+@pytest.mark.parametrize("peers", [{"enp1s0f1np1": {"spark-b": "192.168.100.300"}}, {"bad name!": {}}, ["x"]])
+def test_bad_cluster_peers_are_refused(peers):
+    assert make(**INPUT, cluster_peers=peers)["errors"]

@@ -67,6 +67,15 @@ def test_explicit_interfaces_and_host_number():
     assert plan["addresses"] == {"enP2p1s0f1np1": "192.168.100.42/24"}
 
 
+def test_peers_are_the_other_members_addresses_on_each_link_subnet():
+    three = {"name": "trio", "members": ["spark-a", "spark-b", "spark-c"]}
+    plan = link_plan.plan(inputs(cluster=three, host_numbers={"spark-a": 0, "spark-b": 0, "spark-c": 50}))
+    assert plan["peers"] == {
+        "enp1s0f1np1": {"spark-a": "192.168.100.10", "spark-c": "192.168.100.50"},
+        "enP2p1s0f1np1": {"spark-a": "192.168.101.10", "spark-c": "192.168.101.50"},
+    }
+
+
 def refusal(**changes) -> str:
     plan = link_plan.plan(inputs(**changes))
     assert plan["errors"], plan
