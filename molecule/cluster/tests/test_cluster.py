@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 from pathlib import Path
@@ -103,19 +104,35 @@ def connects(source_box: str, address: str, port: int) -> bool:
     """Whether a TCP connection from inside the box reaches address:port (ufw drops what it does not allow:
     the attempt times out)."""
     probe = (f"import socket; socket.create_connection(({address!r}, {port}), timeout=3).close()")
-    return box(source_box).run(f"python3 -c {probe!r}").rc == 0
+    return box(source_box).run(f"python3 -c {shlex.quote(probe)}").rc == 0
 
 
-def test_the_firewall_lets_only_the_members_link_addresses_reach_the_rendezvous():
-    """ufw is active on both members; the head's master port answers the worker's link address and not the
-    worker's other address on the same link network (a host there that is not a member)."""
-    assert "Status: active" in box(HEAD).check_output("ufw status")
-    assert connects(WORKER, LINK[HEAD], 29501)
-    docker_link = json.loads(subprocess.check_output(["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}",
-                                                      HEAD], text=True))["vc-cx7"]["IPAddress"]
-    assert not connects(WORKER, docker_link, 29501)
-    rules = box(HEAD).check_output("ufw show added")
+# Any port will do: the cluster rule lets the members in on every port of the link (NCCL's and Gloo's ports
+# are the kernel's choice), and the stand-in's rendezvous listener closes once every rank has joined.
+PROBE_PORT = 29599
+LISTENER = (f"import socket\ns = socket.create_server(('', {PROBE_PORT}))\n"
+            "while True:\n    s.accept()[0].close()")
+
+
+def test_the_firewall_lets_only_the_members_link_addresses_in_on_the_link():
+    """ufw is active on both members; on the head, a port that only the cluster rule opens answers the
+    worker's link address and not the worker's other address on the same link network (a host there that is
+    not a member)."""
+    head = box(HEAD)
+    assert "Status: active" in head.check_output("ufw status")
+    rules = head.check_output("ufw show added")
     assert re.search(rf"allow in on enp1s0f1np1 from {re.escape(LINK[WORKER])}(/32)? ", rules), rules
+    head.run(f"printf %s {shlex.quote(LISTENER)} > /tmp/probe.py")
+    head.run("setsid sh -c 'echo $$ > /tmp/probe.pid; exec timeout 60 python3 /tmp/probe.py'"
+             " >/dev/null 2>&1 </dev/null &")
+    head.run(f"for i in $(seq 50); do ss -ltn | grep -q ':{PROBE_PORT} ' && break; sleep 0.1; done")
+    try:
+        assert connects(WORKER, LINK[HEAD], PROBE_PORT)
+        docker_link = json.loads(subprocess.check_output(
+            ["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", HEAD], text=True))["vc-cx7"]["IPAddress"]
+        assert not connects(WORKER, docker_link, PROBE_PORT)
+    finally:
+        head.run("kill $(cat /tmp/probe.pid) || true")
 
 
 def converge_again() -> str:
