@@ -17,14 +17,12 @@ from ansible.errors import AnsibleFilterError
 def vllm_cluster_plan(data: object) -> dict:
     """The cluster's inputs -> {"errors": [...]} or the plan (see plugins/plugin_utils/cluster_plan.py)."""
     from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster_plan import plan
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.filter_errors import as_filter
 
     if not isinstance(data, Mapping):
         raise AnsibleFilterError(f"vllm_cluster_plan: expected a dict of the cluster's inputs, found "
                                  f"{type(data).__name__}")
-    try:
-        return plan(dict(data))
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise AnsibleFilterError(f"vllm_cluster_plan: {exc}") from exc
+    return as_filter("vllm_cluster_plan", plan, dict(data))
 
 
 class FilterModule:

@@ -19,13 +19,11 @@ from ansible.errors import AnsibleFilterError
 def _planner(name: str, data: object, what: str) -> Any:
     """Calls plugins/plugin_utils/firewall_plan.py's function `name` with the role's inputs."""
     from ansible_collections.sparkfleet.serving.plugins.plugin_utils import firewall_plan as planner
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.filter_errors import as_filter
 
     if not isinstance(data, Mapping):
         raise AnsibleFilterError(f"{what}: expected a dict of the role's inputs, found {type(data).__name__}")
-    try:
-        return getattr(planner, name)(dict(data))
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise AnsibleFilterError(f"{what}: {exc}") from exc
+    return as_filter(what, getattr(planner, name), dict(data))
 
 
 def firewall_plan(data: object) -> dict:

@@ -9,20 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
-
 # Helpers are imported where they are used, so that loading this file costs little: to find
 # one filter of the collection, ansible-core imports every filter file of it (see ruff.toml).
 
 
 def _call(name: str, data: object, what: str, *args: Any) -> Any:
     """plugins/plugin_utils/link_plan.py's function `name` on data (a dict), its errors as the filter's."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.filter_errors import as_filter
     from ansible_collections.sparkfleet.serving.plugins.plugin_utils.link_plan import call
 
-    try:
-        return call(name, data, *args)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise AnsibleFilterError(f"{what}: {exc}") from exc
+    return as_filter(what, call, name, data, *args)
 
 
 def link_plan(data: object) -> dict:

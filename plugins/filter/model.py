@@ -15,11 +15,9 @@ from ansible.errors import AnsibleFilterError
 def model_plan(listing: object, commit: str, **box: object) -> dict:
     """The hub's listing + the box's manifest and files -> the plan (see module_utils/model_plan.py)."""
     from ansible_collections.sparkfleet.serving.plugins.module_utils.model_plan import plan
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.filter_errors import as_filter
 
-    try:
-        return plan(listing, str(commit), box)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise AnsibleFilterError(f"model_plan: {exc}") from exc
+    return as_filter("model_plan", plan, listing, str(commit), box)
 
 
 def model_manifest_covers(manifest: object, include: object, exclude: object) -> bool:
