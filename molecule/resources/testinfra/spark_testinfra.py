@@ -14,6 +14,18 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[3]
 GOLDEN_ARGV = PROJECT / "tests" / "fixtures" / "vllm" / "qwen3.5-35b-a3b-fp8.argv.json"
+# Where the scenarios point the memory watchdog (watchdog_proc_root) instead of /proc, which a container
+# cannot fake: a meminfo file the tests rewrite. MemTotal as a GB10's.
+WATCHDOG_PROC = "/var/lib/sparkfleet-sim/watchdog-proc"
+TOTAL_KIB = 127_605_464
+
+
+def set_memory(host, used_pct: float, proc: str = WATCHDOG_PROC) -> None:
+    """Rewrites the meminfo the watchdog reads (atomically, like the kernel's view)."""
+    available = round(TOTAL_KIB * (100 - used_pct) / 100)
+    text = (f"MemTotal:       {TOTAL_KIB} kB\\nMemFree:        {available} kB\\n"
+            f"MemAvailable:   {available} kB\\nSwapTotal:              0 kB\\nSwapFree:               0 kB\\n")
+    host.check_output(f"printf '{text}' > {proc}/.meminfo.new && mv {proc}/.meminfo.new {proc}/meminfo")
 
 
 def run_playbook(playbook: Path, extra_vars: dict | None = None, limit: str | None = None,

@@ -9,26 +9,19 @@ import time
 from pathlib import Path
 
 import pytest
-from spark_testinfra import recap_changed, run_playbook
+from spark_testinfra import recap_changed, run_playbook, set_memory
 
 UNIT = "sparkfleet-watchdog.service"
 PROGRAM = "/usr/local/lib/sparkfleet/sparkfleet_watchdog.py"
 CONFIG = "/etc/sparkfleet/watchdog.json"
-PROC = "/var/lib/sparkfleet-sim/watchdog-proc"
 TEXTFILE = "/var/lib/prometheus/node-exporter/sparkfleet_watchdog.prom"
-TOTAL_KIB = 127_605_464
 IMAGE = "sparkfleet-sim/busybox"
 GRACE = 12  # watchdog_grace_seconds in molecule.yml
 CONVERGE = Path(__file__).resolve().parents[1] / "converge.yml"
 UNIT_FILE = f"/etc/systemd/system/{UNIT}"
 
 
-def set_memory(host, used_pct: float) -> None:
-    """Rewrites the meminfo the watchdog reads (atomically, like the kernel's view)."""
-    available = round(TOTAL_KIB * (100 - used_pct) / 100)
-    text = (f"MemTotal:       {TOTAL_KIB} kB\\nMemFree:        {available} kB\\n"
-            f"MemAvailable:   {available} kB\\nSwapTotal:              0 kB\\nSwapFree:               0 kB\\n")
-    host.check_output(f"printf '{text}' > {PROC}/.meminfo.new && mv {PROC}/.meminfo.new {PROC}/meminfo")
+STOP_RECORDS = "/var/lib/sparkfleet-watchdog/stopped"
 
 
 def unit_properties(host) -> dict[str, str]:
@@ -137,6 +130,7 @@ def test_unit_is_sandboxed(host):
     assert {key: props.get(key) for key in expected} == expected
     assert props["SystemCallFilter"]
     assert props["ReadWritePaths"] == "-/var/lib/prometheus/node-exporter"
+    assert props["StateDirectory"] == "sparkfleet-watchdog"
 
 
 def test_the_running_process_is_confined(host):
@@ -239,6 +233,23 @@ def test_stopped_container_stays_stopped_despite_unless_stopped(host, vllm):
     # The watchdog rode out the Docker restart: same process, still active.
     assert main_pid(host) == pid
     assert host.service("sparkfleet-watchdog").is_running
+
+
+def test_a_stop_is_on_record_until_the_container_runs_again(host, vllm):
+    """The program writes the stop in force in its state directory, through the unit's sandbox, and removes it
+    once the container was started again after the stop."""
+    record = f"{STOP_RECORDS}/vllm.json"
+    since = vllm()
+    set_memory(host, 99)
+    assert wait_for(lambda: host.file(record).exists, 10, 0.05), "no stop on record"
+    found = json.loads(host.file(record).content_string)
+    assert (found["container"], found["trigger"], found["threshold"]) == ("vllm", "ceiling", 98)
+    assert logged(host, since, "stop_recorded")["path"] == record
+    set_memory(host, 50)
+    host.check_output("docker start vllm")
+    # Cleared at the watchdog's next look at the container (every 2 s at most).
+    assert wait_for(lambda: not host.file(record).exists, 10), "the stop stayed on record after a start"
+    assert logged(host, since, "stop_cleared")["container"] == "vllm"
 
 
 def test_prometheus_textfile(host):

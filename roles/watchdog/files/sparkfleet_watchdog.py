@@ -75,7 +75,7 @@ CONTAINER_DEFAULTS: dict[str, float] = {
     "ceiling": 98.0,
     "grace_s": 300.0,
 }
-TOP_KEYS = {"proc_root", "docker_socket", "dry_run", "textfile", "containers", *SETTINGS}
+TOP_KEYS = {"proc_root", "docker_socket", "dry_run", "textfile", "state_dir", "containers", *SETTINGS}
 # Thresholds are percentages of MemTotal. Below this one a threshold cannot be meant: the
 # shipped profile's weights alone (Qwen3.5-35B-A3B-FP8, 34.22 GiB) take 28% of a Spark's
 # 121.7 GiB, so vLLM would be stopped while it loads; 0.9 is a fraction, not 90%.
@@ -117,6 +117,8 @@ class Config:
     docker_socket: str = "/run/docker.sock"
     dry_run: bool = False
     textfile: str = ""
+    # Where the stops in force are recorded (stopped/<container>.json); empty: not recorded.
+    state_dir: str = ""
     poll_fast_s: float = 0.05
     poll_slow_s: float = 1.0
     fill_rate_pct_per_s: float = 16.0
@@ -208,7 +210,7 @@ def parse_config(raw: Any) -> Config:
             f"confirm_interval_s {values['confirm_interval_s']:g} is above poll_fast_s {values['poll_fast_s']:g}; "
             "expected the re-reads that confirm a crossing to come no later than the next fast poll"
         )
-    for key in ("proc_root", "docker_socket", "textfile"):
+    for key in ("proc_root", "docker_socket", "textfile", "state_dir"):
         value = raw.get(key, getattr(Config, key))
         if not isinstance(value, str) or (value and not value.startswith("/")):
             raise ConfigError(f"{key} = {value!r}; expected an absolute path")
@@ -329,6 +331,11 @@ def parse_docker_time(text: str) -> float | None:
         sign = 1 if zone[0] == "+" else -1
         seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
     return seconds
+
+
+def iso_time(epoch: float) -> str:
+    """Epoch seconds as UTC RFC 3339 with milliseconds (what the stop record says)."""
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -456,6 +463,7 @@ class Watched:
     cooldown_until: float = 0.0
     not_before: float = 0.0
     actions: dict[str, int] = field(default_factory=lambda: {"stop": 0, "kill": 0})
+    stop_recorded_at: float | None = None  # epoch of the stop in force on record (state_dir), if any
 
 
 class Watchdog:
@@ -466,6 +474,8 @@ class Watchdog:
         self.docker = docker or DockerAPI(config.docker_socket, config.docker_timeout_s)
         self.out = out or sys.stdout
         self.watched = [Watched(c) for c in config.containers]
+        for w in self.watched:
+            w.stop_recorded_at = self._read_stop_record(w)
         self.sample: MemSample | None = None
         self.rate_pct_s = 0.0  # measured rate of change of used%, percentage points per second
         self.rate_from: tuple[float, float] | None = None  # (monotonic time, used%) of the last sample
@@ -533,6 +543,8 @@ class Watchdog:
         self._docker_answered()
         before, w.docker = w.docker, found
         running = bool(found and found.running)
+        if running:
+            self._clear_stop_record(w, found.started_at)
         if w.state in (STOPPING, COOLDOWN):
             return True
         if not running:
@@ -685,6 +697,64 @@ class Watchdog:
                  rate_pct_per_s=round(self.rate_pct_s, 2), stop_timeout_s=self.cfg.stop_timeout_s,
                  result="requested", took_ms=took_ms)
         w.state = STOPPING
+        self._write_stop_record(w, phase, limit, trigger)
+
+    # -- the stop in force, on record
+
+    def _stop_record_path(self, w: Watched) -> str:
+        return os.path.join(self.cfg.state_dir, "stopped", f"{w.cfg.name}.json")
+
+    def _read_stop_record(self, w: Watched) -> float | None:
+        """The time of the stop on record from an earlier run of the watchdog (it survives restarts and reboots)."""
+        if not self.cfg.state_dir:
+            return None
+        try:
+            with open(self._stop_record_path(w), encoding="utf-8") as handle:
+                return float(json.load(handle)["stopped_at_epoch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _write_stop_record(self, w: Watched, phase: str, limit: float, trigger: str) -> None:
+        """Records the stop, after it was sent (it costs the action nothing), for whoever would start the container
+        again: a stop that Docker records as any manual one says here that the watchdog made it, and why. The
+        sparkfleet.serving.vllm role does not start the container again with the same settings while it is in
+        force; inspect() clears it once the container runs again, started after the stop."""
+        if not self.cfg.state_dir:
+            return
+        now = self.clock.time()
+        record: dict[str, Any] = {"container": w.cfg.name, "stopped_at": iso_time(now), "stopped_at_epoch": now,
+                                  "phase": phase, "threshold": limit, "trigger": trigger,
+                                  "steady_threshold": w.cfg.steady_threshold}
+        if self.sample is not None:
+            record["used_pct"] = round(self.sample.used_pct, 2)
+            record["mem_available_kib"] = self.sample.available_kib
+        if w.docker is not None and w.docker.started_at is not None:
+            record["container_started_at"] = iso_time(w.docker.started_at)
+        path = self._stop_record_path(w)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, sort_keys=True) + "\n")
+            os.replace(f"{path}.tmp", path)
+        except OSError as exc:
+            self.log("record_error", level=3, container=w.cfg.name, path=path, error=str(exc))
+            return
+        w.stop_recorded_at = now
+        self.log("stop_recorded", container=w.cfg.name, path=path)
+
+    def _clear_stop_record(self, w: Watched, started_at: float | None) -> None:
+        """A container running again, started after the stop on record, is no longer stopped by the watchdog."""
+        if w.stop_recorded_at is None or started_at is None or started_at <= w.stop_recorded_at:
+            return
+        try:
+            os.unlink(self._stop_record_path(w))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self.log("record_error", level=3, container=w.cfg.name, path=self._stop_record_path(w), error=str(exc))
+            return
+        w.stop_recorded_at = None
+        self.log("stop_cleared", container=w.cfg.name, started_at=iso_time(started_at))
 
     def progress(self, w: Watched, sample: MemSample, now: float) -> None:
         """Follows a stop in progress: Docker's answer, recovery, escalation to kill."""

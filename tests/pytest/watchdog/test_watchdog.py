@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -210,6 +211,65 @@ def test_cooldown_before_rearming(harness):
     h.run_for(15, used_pct=95)
     assert len(stops(h)) == 2
     assert h.events("cooldown_over")
+
+
+def test_a_stop_is_recorded_with_why_until_the_container_runs_again(harness, tmp_path):
+    state = tmp_path / "state"
+    h = harness(state_dir=str(state), cooldown_s=5)
+    box = h.started(ago_s=3600)
+    h.step(50)
+    h.run_for(1, used_pct=95)
+    assert len(stops(h)) == 1
+    record = json.loads((state / "stopped" / "vllm.json").read_text())
+    assert record["container"] == "vllm"
+    assert (record["phase"], record["threshold"], record["trigger"]) == ("steady", 90.0, "threshold")
+    assert record["used_pct"] == 95.0
+    assert record["stopped_at"].endswith("Z") and record["stopped_at_epoch"] <= h.clock.time()
+    # Stopped, cool-down over: the record stays while the container does not run.
+    h.run_for(10, used_pct=40)
+    assert (state / "stopped" / "vllm.json").exists()
+    assert h.events("stop_cleared") == []
+    # Someone starts it again: the stop is no longer in force.
+    box.running, box.started_at = True, h.clock.time()
+    h.run_for(3, used_pct=40)
+    assert not (state / "stopped" / "vllm.json").exists()
+    assert len(h.events("stop_cleared")) == 1
+
+
+def test_a_stop_on_record_survives_a_restart_of_the_watchdog(harness, tmp_path):
+    state = tmp_path / "state"
+    first = harness(state_dir=str(state))
+    first.started(ago_s=3600)
+    first.run_for(1, used_pct=95)
+    recorded = json.loads((state / "stopped" / "vllm.json").read_text())["stopped_at_epoch"]
+    # A new watchdog (after a reboot) finds the container stopped: the record stays; a container still running
+    # from before the stop (started earlier) does not clear it either.
+    second = harness(state_dir=str(state))
+    assert second.dog.watched[0].stop_recorded_at == recorded
+    second.docker.run("vllm", recorded - 10)
+    second.run_for(3, used_pct=40)
+    assert (state / "stopped" / "vllm.json").exists()
+
+
+def test_a_stop_that_cannot_be_recorded_is_still_made_and_logged(harness, tmp_path):
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the directory should be")
+    h = harness(state_dir=str(blocker))
+    h.started(ago_s=3600)
+    h.run_for(1, used_pct=95)
+    assert len(stops(h)) == 1
+    assert h.events("record_error")[0]["container"] == "vllm"
+
+
+def test_no_stop_record_without_a_state_dir_or_in_a_dry_run(harness, tmp_path):
+    h = harness(dry_run=True, state_dir=str(tmp_path / "dry"))
+    h.started(ago_s=3600)
+    h.run_for(1, used_pct=95)
+    assert not (tmp_path / "dry").exists()
+    h = harness()
+    h.started(ago_s=3600)
+    h.run_for(1, used_pct=95)
+    assert len(stops(h)) == 1 and h.events("stop_recorded") == []
 
 
 def test_dry_run_logs_and_stops_nothing(harness):
