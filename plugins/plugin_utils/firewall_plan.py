@@ -314,8 +314,12 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
 
     limit = "limit" if data.get("ssh_limit") else "allow"
     rules = [rule(limit, str(p), "tcp", s, "ssh") for p in ssh_ports for s in (ssh_sources or [None])]
+    # A cluster's worker serves no API (vLLM's --headless): the API port stays closed there, to the API's
+    # sources and to the fleet alike; only the head, rank 0, opens it.
+    api_sources = api_sources if data.get("serves_api", True) else []
+    api_services = [(str(api_port), "tcp")] if data.get("serves_api", True) else []
     rules += [rule("allow", str(api_port), "tcp", s, "api") for s in api_sources]
-    fleet_services = [(str(api_port), "tcp")] + [(str(p), "tcp") for p in ssh_ports if ssh_sources] + fleet_ports
+    fleet_services = api_services + [(str(p), "tcp") for p in ssh_ports if ssh_sources] + fleet_ports
     rules += [rule("allow", p, proto, s, "fleet") for s in fleet for p, proto in fleet_services]
     rules += [rule(action, port, proto, source, "extra") for action, port, proto, source in extra]
     rules += cluster

@@ -331,3 +331,13 @@ def test_a_member_that_left_the_cluster_loses_its_rule():
 @pytest.mark.parametrize("peers", [{"enp1s0f1np1": {"spark-b": "192.168.100.300"}}, {"bad name!": {}}, ["x"]])
 def test_bad_cluster_peers_are_refused(peers):
     assert make(**INPUT, cluster_peers=peers)["errors"]
+
+
+def test_a_cluster_worker_opens_no_api_port_to_the_api_sources_nor_to_the_fleet():
+    head = make(**INPUT, cluster_peers=PEERS)
+    worker = make(**INPUT, cluster_peers=PEERS, serves_api=False)
+    assert any(": api allow 8000/tcp" in c for c in comments(head))
+    assert any(": fleet allow 8000/tcp" in c for c in comments(head))
+    assert [c for c in comments(worker) if "8000/tcp" in c] == []
+    # The rest stays: SSH, the fleet's other services, the cluster's own rule.
+    assert [c for c in comments(head) if "8000/tcp" not in c] == comments(worker)
