@@ -1,7 +1,8 @@
 """Two simulated Sparks serving one model with vLLM's multi-node mode, as the vllm role left them: each
 member's container with its own rank, arguments and link environment, a real completion through the head's
 API (the stand-in's ranks meet over the link in a real TCP rendezvous), no API on the worker; then a worker
-killed, and a head that came back alone: each time the role, run again, starts the cluster anew as one unit.
+killed, and a head that came back alone: each time the role, run again, starts the cluster anew as one unit; and
+a worker the memory watchdog stopped: the next run stops the whole cluster and starts nothing.
 
 The tests run in this order and share the boxes.
 """
@@ -14,11 +15,12 @@ import re
 import shlex
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import openai
 import testinfra
-from spark_testinfra import golden_vllm_argv, inspect_container, run_playbook
+from spark_testinfra import golden_vllm_argv, inspect_container, recap_changed, run_playbook, set_memory
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 SCENARIO = Path(__file__).resolve().parents[1]
@@ -122,6 +124,10 @@ def test_the_firewall_lets_only_the_members_link_addresses_in_on_the_link():
     assert "Status: active" in head.check_output("ufw status")
     rules = head.check_output("ufw show added")
     assert re.search(rf"allow in on enp1s0f1np1 from {re.escape(LINK[WORKER])}(/32)? ", rules), rules
+    # The API port is open on the head alone: the worker serves none (--headless).
+    assert re.search(r"\b8000/tcp\b|port 8000\b", rules), rules
+    worker_rules = box(WORKER).check_output("ufw show added")
+    assert not re.search(r"\b8000/tcp\b|port 8000\b", worker_rules), worker_rules
     head.run(f"printf %s {shlex.quote(LISTENER)} > /tmp/probe.py")
     head.run("setsid sh -c 'echo $$ > /tmp/probe.pid; exec timeout 60 python3 /tmp/probe.py'"
              " >/dev/null 2>&1 </dev/null &")
@@ -133,6 +139,37 @@ def test_the_firewall_lets_only_the_members_link_addresses_in_on_the_link():
         assert not connects(WORKER, docker_link, PROBE_PORT)
     finally:
         head.run("kill $(cat /tmp/probe.pid) || true")
+
+
+CHECK = SCENARIO.parents[1] / "playbooks" / "check.yml"
+
+
+def test_the_check_play_refuses_a_link_end_at_mtu_1500_before_any_change():
+    """A firmware update's reboot can leave one end at MTU 1500: small packets still pass, full frames do not.
+    The check play's link doctor refuses the cluster, with the fix, before any role changes anything."""
+    before = started()
+    worker = box(WORKER)
+    worker.check_output("ip link set dev enp1s0f1np1 mtu 1500")
+    try:
+        done = run_playbook(CHECK)
+    finally:
+        worker.check_output("ip link set dev enp1s0f1np1 mtu 9000")
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-4000:]
+    assert f"ERROR mtu enp1s0f1np1: MTU 1500 on {WORKER} enp1s0f1np1; expected 9000" in out
+    assert "`sudo ip link set enp1s0f1np1 mtu 9000`" in out
+    assert recap_changed(done.stdout) == 0
+    assert started() == before
+
+
+def test_the_check_play_refuses_a_link_interface_the_members_do_not_have():
+    before = started()
+    done = run_playbook(CHECK, {"link_interfaces": ["enP2p1s0f1np1"]})
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-4000:]
+    assert f"link_interfaces names enP2p1s0f1np1, which {HEAD} does not have; found" in out
+    assert recap_changed(done.stdout) == 0
+    assert started() == before
 
 
 def converge_again() -> str:
@@ -172,3 +209,48 @@ def test_a_head_that_came_back_alone_fails_its_gate_and_the_cluster_starts_anew(
     assert "A member of the cluster did not join the head's rendezvous" in out
     assert "DistStoreError: Timed out after 31 seconds waiting for clients. 1/2 clients joined." in out
     assert_started_anew(before)
+
+
+STOP_RECORD = "/var/lib/sparkfleet-watchdog/stopped/vllm.json"
+
+
+def eventually(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return predicate()
+
+
+def test_a_member_the_watchdog_stopped_stops_the_whole_cluster_until_told_otherwise():
+    # The worker's watchdog reads a meminfo the test controls: over the hard ceiling (98 %), it stops the
+    # worker's container at once and records why. The head's engine has lost a rank.
+    worker = box(WORKER)
+    set_memory(worker, 99)
+    try:
+        assert eventually(lambda: worker.file(STOP_RECORD).exists, 15), "the watchdog recorded no stop"
+    finally:
+        set_memory(worker, 50)
+    assert not inspect(WORKER)["State"]["Running"]
+    # The next run starts nothing: it stops the head too and fails on both members with the record.
+    done = run_playbook(SCENARIO / "converge.yml")
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-4000:]
+    assert f"The memory watchdog stopped vllm on {WORKER} at " in out
+    assert "threshold 98.0 %, startup phase, trigger ceiling" in out
+    assert "Every member of cluster pair1 is stopped" in out
+    time.sleep(3)  # unless-stopped: Docker does not bring back a container stopped by hand, nor the role's stop
+    for name in LINK:
+        state = inspect(name)["State"]
+        assert not state["Running"] and not state["Restarting"], name
+    assert worker.file(STOP_RECORD).exists
+    # Told to start it anyway (what took the memory is gone): the cluster starts as one unit, and the watchdog
+    # clears its record once it sees the container started after the stop.
+    before = started()
+    done = run_playbook(SCENARIO / "converge.yml", extra_vars={"vllm_restart_after_watchdog_stop": True})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "It starts again: vllm_restart_after_watchdog_stop is true." in done.stdout
+    assert_started_anew(before)
+    assert eventually(lambda: not worker.file(STOP_RECORD).exists, 10), "the stop stayed on record"
+
