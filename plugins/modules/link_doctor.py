@@ -148,7 +148,12 @@ def main() -> None:
         findings.extend(found)
         examined.append({**interface, "gid_index": gids})
     pings = []
-    ping = module.get_bin_path("ping", required=bool(params["peers"]))
+    ping = module.get_bin_path("ping")
+    if params["peers"] and not ping:
+        module.fail_json(msg=(
+            f"ping is not installed on {host}: the doctor sends a don't-fragment ping of a full frame to every "
+            "other member (ping -M do, from iputils); install the iputils-ping package (DGX OS has it) and run "
+            "again"), findings=findings, interfaces=examined)
     for peer in params["peers"]:
         rc, out, err = module.run_command(ping_command(ping, peer["interface"], peer["address"], params["mtu"]))
         pings.append({**peer, "ok": rc == 0})

@@ -164,8 +164,10 @@ IP_ADDR = json.dumps([{"ifname": "enp1s0f1np1", "addr_info": [
     {"family": "inet", "local": "192.168.100.10", "prefixlen": 24}]}])
 
 
-def run_module(main, args: dict, capsys, monkeypatch, commands: dict[str, tuple[int, str, str]]) -> dict:
-    """Runs a module with `ip` and `ping` answered from `commands` (by program name) and records the calls."""
+def run_module(main, args: dict, capsys, monkeypatch, commands: dict[str, tuple[int, str, str]], *,
+               missing: tuple[str, ...] = ()) -> dict:
+    """Runs a module with `ip` and `ping` answered from `commands` (by program name) and records the calls;
+    the programs in `missing` are not installed."""
     calls: list[list[str]] = []
 
     def run_command(_self, argv, **_kwargs):
@@ -173,7 +175,8 @@ def run_module(main, args: dict, capsys, monkeypatch, commands: dict[str, tuple[
         return commands[Path(argv[0]).name]
 
     monkeypatch.setattr(AnsibleModule, "run_command", run_command)
-    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda _self, name, **_kw: f"/usr/bin/{name}")
+    monkeypatch.setattr(AnsibleModule, "get_bin_path",
+                        lambda _self, name, **_kw: None if name in missing else f"/usr/bin/{name}")
     with patch_module_args(args), pytest.raises(SystemExit):
         main()
     return {**json.loads(capsys.readouterr().out), "calls": calls}
@@ -208,3 +211,13 @@ def test_link_doctor_pings_each_peer_and_reports_with_fixes(spark: Path, capsys,
                         {"ip": (0, IP_ADDR, ""), "ping": (1, "1 packets transmitted, 0 received", "")})
     assert [f["check"] for f in silent["findings"]] == ["link", "ping"]
     assert "no interface enp1s0f1np7 on spark-a" in silent["findings"][0]["found"]
+
+
+def test_link_doctor_without_ping_says_what_to_install(spark: Path, capsys, monkeypatch):
+    args = {"sys_root": str(spark), "interfaces": ["enp1s0f1np1"], "host": "spark-a",
+            "peers": [{"interface": "enp1s0f1np1", "host": "spark-b", "address": "192.168.100.11"}]}
+    result = run_module(link_doctor.main, args, capsys, monkeypatch, {"ip": (0, IP_ADDR, "")}, missing=("ping",))
+    assert result["failed"] is True
+    assert result["msg"].startswith("ping is not installed on spark-a")
+    assert "install the iputils-ping package" in result["msg"]
+
