@@ -1,0 +1,132 @@
+"""The fleet playbooks on the cluster, run as a user runs them (playbooks/status.yml, rollout.yml,
+benchmark.yml): the cluster is one unit. Status shows it as one row; a rollout of a changed setting
+restarts both members as one canary; a rollout of a change the stand-in vLLM refuses at start (less free
+memory than --gpu-memory-utilization asks for: vLLM's "Free memory on device" check) rolls both members
+back together, and the cluster serves through its head again; the benchmark runs through the head.
+
+Runs after test_cluster.py (file order), on the cluster it leaves serving. The tests run in this order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import openai
+import testinfra
+from spark_testinfra import inspect_container, run_playbook
+
+# The scenario's names, in one place.
+HEAD, WORKER, CLUSTER, LAN = "vc-spark-a", "vc-spark-b", "pair1", "vc-lan"
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+PLAYBOOKS = Path(__file__).resolve().parents[3] / "playbooks"
+KEY = "sk-molecule-cluster-test"
+# The scenario's extra environment (molecule.yml), which -e vllm_extra_env replaces.
+EXTRA_ENV = {"VLLM_STANDIN_STARTUP_SECONDS": "3"}
+REPORTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "cluster-fleet"
+
+
+def inspect(name: str) -> dict:
+    return inspect_container(testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}"), "vllm")
+
+
+def env(name: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in inspect(name)["Config"]["Env"])
+
+
+def started() -> dict[str, str]:
+    return {name: inspect(name)["State"]["StartedAt"] for name in (HEAD, WORKER)}
+
+
+def chat() -> str:
+    networks = json.loads(subprocess.check_output(["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}",
+                                                   HEAD], text=True))
+    client = openai.OpenAI(base_url=f"http://{networks[LAN]['IPAddress']}:8000/v1", api_key=KEY, timeout=30,
+                           max_retries=0)
+    reply = client.chat.completions.create(model="qwen3.5-35b", max_tokens=8,
+                                           messages=[{"role": "user", "content": "Reply with the single word OK."}])
+    return reply.choices[0].message.content or ""
+
+
+# Where each playbook writes its JSON report.
+REPORT_VARIABLE = {"status.yml": "status_json_path", "rollout.yml": "rollout_summary_file",
+                   "benchmark.yml": "benchmark_json_path"}
+
+
+def run(playbook: str, report: str, extra: dict) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """The playbook with its JSON report written to REPORTS/report (None when it was not written)."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    path = REPORTS / report
+    path.unlink(missing_ok=True)
+    done = run_playbook(PLAYBOOKS / playbook, {**extra, REPORT_VARIABLE[playbook]: str(path)})
+    return done, json.loads(path.read_text()) if path.exists() else None
+
+
+def test_status_shows_the_cluster_as_one_row():
+    done, status = run("status.yml", "status.json", {})
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert status is not None
+    [cluster] = status["clusters"]
+    assert (cluster["host"], cluster["head"], cluster["members"]) == (CLUSTER, HEAD, [HEAD, WORKER])
+    assert cluster["member_containers"] == {HEAD: "running", WORKER: "running"}
+    assert cluster["health"] == "ok" and status["healthy"] == 2
+    # Each box's own row stays in the JSON: the worker serves no API and says so.
+    rows = {row["host"]: row for row in status["hosts"]}
+    assert (rows[HEAD]["cluster_role"], rows[WORKER]["cluster_role"]) == ("head", "worker")
+    assert rows[WORKER]["health"].startswith("no API (worker of " + CLUSTER)
+    assert f"{HEAD} (head) running, {WORKER} running" in done.stdout
+
+
+def test_a_changed_setting_restarts_the_cluster_as_one_canary():
+    before = started()
+    done, summary = run("rollout.yml", "rollout-good.json",
+                        {"vllm_extra_env": {**EXTRA_ENV, "SPARKFLEET_ROLLOUT_MARK": "1"}})
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert summary is not None and summary["complete"] is True
+    # One batch of two hosts: the canary is the whole cluster.
+    assert "Batches of hosts, every cluster whole: [2]" in done.stdout
+    [unit] = summary["units"]
+    assert (unit["name"], unit["members"], unit["state"]) == (CLUSTER, [HEAD, WORKER], "deployed")
+    assert [entry["batch"] for entry in summary["hosts"]] == [1, 1]
+    assert summary["lines"][0].startswith(f"cluster {CLUSTER} ({HEAD} head, {WORKER}): deployed and health-gated")
+    for name in (HEAD, WORKER):
+        assert env(name)["SPARKFLEET_ROLLOUT_MARK"] == "1", name
+        assert inspect(name)["State"]["StartedAt"] > before[name], name
+    assert chat()
+
+
+def test_a_change_the_cluster_cannot_serve_rolls_both_members_back():
+    before = {name: inspect(name) for name in (HEAD, WORKER)}
+    # 10 GiB free, where --gpu-memory-utilization 0.75 of the box's 119.7 GiB is asked for.
+    bad = {**EXTRA_ENV, "SPARKFLEET_ROLLOUT_MARK": "1", "VLLM_STANDIN_FREE_GIB": "10"}
+    done, summary = run("rollout.yml", "rollout-bad.json", {"vllm_extra_env": bad})
+    assert done.returncode != 0, done.stdout[-4000:]
+    assert summary is not None and summary["complete"] is False
+    assert summary["rolled_back"] == [HEAD, WORKER]
+    [unit] = summary["units"]
+    assert (unit["name"], unit["state"], unit["rolled_back"]) == (CLUSTER, "rolled_back", True)
+    line = summary["lines"][0]
+    assert line.startswith(f"cluster {CLUSTER} ({HEAD} head, {WORKER}): FAILED, rolled back"), line
+    # The head's diagnosis: vLLM's own text about the memory it found free.
+    assert "free memory" in line.lower(), line
+    for name in (HEAD, WORKER):
+        info = inspect(name)
+        assert info["State"]["Running"] is True and info["Id"] != before[name]["Id"], name
+        assert info["Args"] == before[name]["Args"], name
+        assert "VLLM_STANDIN_FREE_GIB" not in env(name), name
+    # The head started first, then the worker (the rollback's order).
+    assert inspect(HEAD)["State"]["StartedAt"] < inspect(WORKER)["State"]["StartedAt"]
+    assert chat()
+
+
+def test_the_benchmark_runs_through_the_head_as_one_row():
+    done, bench = run("benchmark.yml", "benchmark.json",
+                      {"benchmark_num_prompts": 4, "benchmark_max_concurrency": 2, "benchmark_input_len": 32,
+                       "benchmark_output_len": 8})
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert bench is not None
+    [row] = bench["hosts"]
+    assert (row["host"], row["members"], row["completed"], row["failed"]) == (CLUSTER, [HEAD, WORKER], 4, 0)
+    assert list(bench["results"]) == [CLUSTER] and bench["fleet"]["completed"] == 4
