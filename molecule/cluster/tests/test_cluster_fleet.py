@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import openai
+import pytest
 import testinfra
 from spark_testinfra import inspect_container, run_playbook
 
@@ -26,10 +27,31 @@ KEY = "sk-molecule-cluster-test"
 # The scenario's extra environment (molecule.yml), which -e vllm_extra_env replaces.
 EXTRA_ENV = {"VLLM_STANDIN_STARTUP_SECONDS": "3"}
 REPORTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "cluster-fleet"
+# A rollout stages the weights first (the model role). The scenario has no hub: the staged weights get the
+# manifest the model role writes after fetching a selection (model_include) of a commit that -e
+# model_revision pins, so that the model role plans from the manifest alone and asks no hub (as
+# molecule/preflight/tests/test_site_check_play.py does). The selection is config.json: the stand-in
+# shard is a sparse file of 34 GiB, too long to hash here.
+COMMIT = "7" * 40
+MANIFEST = f"""
+import hashlib, json, os
+d = "/srv/models/Qwen3.5-35B-A3B-FP8"
+st = os.stat(d + "/config.json")
+digest = hashlib.sha256(open(d + "/config.json", "rb").read()).hexdigest()
+json.dump({{"format": 1, "source": "huggingface", "endpoint": "https://huggingface.co",
+           "repo": "Qwen/Qwen3.5-35B-A3B-FP8", "revision": "{COMMIT}", "commit": "{COMMIT}",
+           "copied_from": None, "written_at": "2026-11-30T00:00:00Z", "include": ["config.json"], "exclude": [],
+           "files": [{{"path": "config.json", "size": st.st_size, "sha256": digest, "mtime": st.st_mtime}}]}},
+          open(d + "/sparkfleet-manifest.json", "w"))
+"""
+
+
+def box(name: str):
+    return testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}")
 
 
 def inspect(name: str) -> dict:
-    return inspect_container(testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}"), "vllm")
+    return inspect_container(box(name), "vllm")
 
 
 def env(name: str) -> dict[str, str]:
@@ -79,10 +101,18 @@ def test_status_shows_the_cluster_as_one_row():
     assert f"{HEAD} (head) running, {WORKER} running" in done.stdout
 
 
-def test_a_changed_setting_restarts_the_cluster_as_one_canary():
+@pytest.fixture(scope="module")
+def pinned_weights() -> dict:
+    """The weights' manifest on both members; the extra variables that pin their commit."""
+    for name in (HEAD, WORKER):
+        box(name).check_output("python3 -c %s", MANIFEST)
+    return {"model_revision": COMMIT, "model_include": ["config.json"]}
+
+
+def test_a_changed_setting_restarts_the_cluster_as_one_canary(pinned_weights):
     before = started()
     done, summary = run("rollout.yml", "rollout-good.json",
-                        {"vllm_extra_env": {**EXTRA_ENV, "SPARKFLEET_ROLLOUT_MARK": "1"}})
+                        {**pinned_weights, "vllm_extra_env": {**EXTRA_ENV, "SPARKFLEET_ROLLOUT_MARK": "1"}})
     assert done.returncode == 0, done.stdout[-4000:]
     assert summary is not None and summary["complete"] is True
     # One batch of two hosts: the canary is the whole cluster.
@@ -97,11 +127,11 @@ def test_a_changed_setting_restarts_the_cluster_as_one_canary():
     assert chat()
 
 
-def test_a_change_the_cluster_cannot_serve_rolls_both_members_back():
+def test_a_change_the_cluster_cannot_serve_rolls_both_members_back(pinned_weights):
     before = {name: inspect(name) for name in (HEAD, WORKER)}
     # 10 GiB free, where --gpu-memory-utilization 0.75 of the box's 119.7 GiB is asked for.
     bad = {**EXTRA_ENV, "SPARKFLEET_ROLLOUT_MARK": "1", "VLLM_STANDIN_FREE_GIB": "10"}
-    done, summary = run("rollout.yml", "rollout-bad.json", {"vllm_extra_env": bad})
+    done, summary = run("rollout.yml", "rollout-bad.json", {**pinned_weights, "vllm_extra_env": bad})
     assert done.returncode != 0, done.stdout[-4000:]
     assert summary is not None and summary["complete"] is False
     assert summary["rolled_back"] == [HEAD, WORKER]
