@@ -14,16 +14,14 @@ import os
 import subprocess
 from pathlib import Path
 
-import openai
 import pytest
-import testinfra
-from spark_testinfra import inspect_container, run_playbook
+from spark_testinfra import run_playbook
 
-# The scenario's names, in one place.
-HEAD, WORKER, CLUSTER, LAN = "vc-spark-a", "vc-spark-b", "pair1", "vc-lan"
-INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+# The scenario's boxes and how to reach them: test_cluster.py's (one place for the scenario's names).
+from test_cluster import HEAD, WORKER, box, chat, env, inspect, started
+
+CLUSTER = "pair1"
 PLAYBOOKS = Path(__file__).resolve().parents[3] / "playbooks"
-KEY = "sk-molecule-cluster-test"
 # The scenario's extra environment (molecule.yml), which -e vllm_extra_env replaces.
 EXTRA_ENV = {"VLLM_STANDIN_STARTUP_SECONDS": "3"}
 REPORTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "cluster-fleet"
@@ -44,33 +42,6 @@ json.dump({{"format": 1, "source": "huggingface", "endpoint": "https://huggingfa
            "files": [{{"path": "config.json", "size": st.st_size, "sha256": digest, "mtime": st.st_mtime}}]}},
           open(d + "/sparkfleet-manifest.json", "w"))
 """
-
-
-def box(name: str):
-    return testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}")
-
-
-def inspect(name: str) -> dict:
-    return inspect_container(box(name), "vllm")
-
-
-def env(name: str) -> dict[str, str]:
-    return dict(item.split("=", 1) for item in inspect(name)["Config"]["Env"])
-
-
-def started() -> dict[str, str]:
-    return {name: inspect(name)["State"]["StartedAt"] for name in (HEAD, WORKER)}
-
-
-def chat() -> str:
-    networks = json.loads(subprocess.check_output(["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}",
-                                                   HEAD], text=True))
-    client = openai.OpenAI(base_url=f"http://{networks[LAN]['IPAddress']}:8000/v1", api_key=KEY, timeout=30,
-                           max_retries=0)
-    reply = client.chat.completions.create(model="qwen3.5-35b", max_tokens=8,
-                                           messages=[{"role": "user", "content": "Reply with the single word OK."}])
-    return reply.choices[0].message.content or ""
-
 
 # Where each playbook writes its JSON report.
 REPORT_VARIABLE = {"status.yml": "status_json_path", "rollout.yml": "rollout_summary_file",
