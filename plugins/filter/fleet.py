@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleFilterError
 
 # Helpers are imported where they are used, so that loading this file costs little: to find
@@ -20,6 +22,19 @@ def fleet_status_row(raw: object) -> dict:
     if not isinstance(raw, dict):
         raise AnsibleFilterError(f"fleet_status_row expects a dict of a box's answers, got {type(raw).__name__}")
     return status_row(raw)
+
+
+def fleet_status_units(rows: object, groups: object) -> list:
+    """The boxes' status rows and the groups -> one row per box or cluster."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.filter_errors import as_filter
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import status_units
+
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) and "host" in r for r in rows):
+        raise AnsibleFilterError("fleet_status_units expects a list of status rows (dicts with a host)")
+    if not isinstance(groups, Mapping):
+        raise AnsibleFilterError(f"fleet_status_units expects the groups variable (a dict), got "
+                                 f"{type(groups).__name__}")
+    return as_filter("fleet_status_units", status_units, list(rows), groups)
 
 
 def fleet_table(rows: object, kind: str = "status") -> str:
@@ -61,5 +76,6 @@ def fleet_benchmark_summary(results: object) -> dict:
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"fleet_status_row": fleet_status_row, "fleet_table": fleet_table,
+        return {"fleet_status_row": fleet_status_row, "fleet_status_units": fleet_status_units,
+                "fleet_table": fleet_table,
                 "fleet_benchmark_row": fleet_benchmark_row, "fleet_benchmark_summary": fleet_benchmark_summary}

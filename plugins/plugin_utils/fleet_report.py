@@ -6,8 +6,9 @@
 playbooks/status.yml and playbooks/benchmark.yml collect raw answers on the boxes (GPU facts,
 the deployment record, the model manifest, docker inspect, /health, /metrics, the watchdog's
 journal, ufw); these pure functions turn them into rows, a text table and fleet figures.
-Anything a box did not say is "unknown", never a guess. Unit tests:
-tests/unit/plugins/module_utils/test_fleet_report.py.
+Anything a box did not say is "unknown", never a guess. A cluster (boxes that serve one model
+together, plugins/plugin_utils/cluster.py) is one row of the table, its health its head's (the
+workers serve no API). Unit tests: tests/unit/plugins/plugin_utils/test_fleet_report.py.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping, Sequence
+
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import cluster_of
 
 UNKNOWN = "unknown"
 
@@ -35,7 +39,8 @@ SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 # The printed table: some columns join two fields of the row (status_display); the JSON has them apart.
 STATUS_COLUMNS = (
-    ("host", "host"), ("reachable", "up"), ("gpu", "GPU"), ("driver_cuda", "driver/CUDA"), ("image", "image"),
+    ("host", "host"), ("members_display", "members (container)"), ("reachable", "up"), ("gpu", "GPU"),
+    ("driver_cuda", "driver/CUDA"), ("image", "image"),
     ("image_digest", "digest"), ("model_revision", "model@revision"), ("served_model_name", "served as"),
     ("health", "health"), ("run_wait", "run/wait"), ("kv_cache_usage", "KV %"), ("tokens", "tokens in/out"),
     ("memory_used_pct", "mem %"), ("watchdog_display", "watchdog (last action)"), ("firewall", "ufw"),
@@ -43,9 +48,13 @@ STATUS_COLUMNS = (
 # Every field of a status row (the JSON's keys).
 ROW_FIELDS = ("host", "reachable", "error", "gpu", "gpu_present", "driver", "cuda", "image", "image_digest",
               "container", "model", "revision", "commit", "served_model_name", "model_source", "deployed_at",
-              "health", "memory_used_pct", "watchdog", "watchdog_last_action", "firewall", *METRICS)
+              "health", "memory_used_pct", "watchdog", "watchdog_last_action", "firewall", "cluster", "cluster_role",
+              *METRICS)
+# What a cluster's row takes from its head alone: what its API says (the workers serve none).
+HEAD_ONLY = ("health", *METRICS)
 BENCHMARK_COLUMNS = (
-    ("host", "host"), ("completed", "done"), ("failed", "failed"), ("output_throughput", "out tok/s"),
+    ("host", "host"), ("members", "members"), ("completed", "done"), ("failed", "failed"),
+    ("output_throughput", "out tok/s"),
     ("p50_ttft_ms", "TTFT p50 ms"), ("p95_ttft_ms", "TTFT p95 ms"), ("p50_e2el_ms", "E2E p50 ms"),
     ("p95_e2el_ms", "E2E p95 ms"), ("mean_e2el_ms", "E2E mean ms"), ("error", "error"),
 )
@@ -166,6 +175,8 @@ def _memory_pct(gpu: dict) -> float | str:
 def status_row(raw: dict) -> dict:
     """One box's answers (see playbooks/status.yml) -> its row."""
     host = str(raw.get("host", UNKNOWN))
+    cluster = raw.get("cluster") if isinstance(raw.get("cluster"), dict) else {}
+    role = ("head" if cluster.get("head") == host else "worker") if cluster.get("name") else ""
     if not raw.get("reachable"):
         row = dict.fromkeys(ROW_FIELDS, UNKNOWN)
         row.update(host=host, reachable=False, error=str(raw.get("error") or "unreachable"))
@@ -184,7 +195,9 @@ def status_row(raw: dict) -> dict:
            **_model_identity(_json(raw.get("manifest")), record, legacy,
                              (container.get("Config") or {}).get("Labels") or {}),
            "deployed_at": record.get("deployed_at") or UNKNOWN,
-           "health": health_state(raw.get("health_status"), state),
+           "health": health_state(raw.get("health_status"), state) if role != "worker"
+           else f"no API (worker of {cluster['name']}, serves through {cluster.get('head')})",
+           "cluster": str(cluster.get("name") or ""), "cluster_role": role,
            "memory_used_pct": _memory_pct(gpu), "watchdog": raw.get("watchdog_state") or UNKNOWN,
            "watchdog_last_action": last_watchdog_action(raw.get("watchdog_journal"))
            if raw.get("watchdog_journal") is not None else UNKNOWN,
@@ -200,11 +213,65 @@ def status_row(raw: dict) -> dict:
     return row
 
 
+def _merged(rows: list[dict], key: str) -> object:
+    """One field of a cluster's members: their value when they agree, else each member's."""
+    values = [row.get(key, UNKNOWN) for row in rows]
+    if all(value == values[0] for value in values):
+        return values[0]
+    return "; ".join(f"{row['host']}: {_cell(value)}" for row, value in zip(rows, values, strict=True))
+
+
+def cluster_row(name: str, members: list[dict]) -> dict:
+    """A cluster's members' status rows (rank order, the head first) -> the cluster's row: what
+    its API says from the head, the rest merged, each member's container state, and health
+    down while a member's container does not run (its engine has lost a rank)."""
+    head = members[0]
+    row = {key: _merged(members, key) for key in ROW_FIELDS}
+    row.update({key: head.get(key, UNKNOWN) for key in HEAD_ONLY})
+    row.update(host=name, cluster=name, cluster_role="cluster", head=head["host"],
+               members=[member["host"] for member in members],
+               member_containers={m["host"]: m.get("container", UNKNOWN) if m.get("reachable") else "unreachable"
+                                  for m in members},
+               reachable=all(member.get("reachable") for member in members),
+               error="; ".join(f"{m['host']}: {m['error']}" for m in members if m.get("error")))
+    stopped = [f"{host} {state}" for host, state in row["member_containers"].items()
+               if state not in ("running", "unreachable")]
+    unreachable = [host for host, state in row["member_containers"].items() if state == "unreachable"]
+    if stopped:
+        row["health"] = f"down ({', '.join(stopped)})"
+    elif unreachable:
+        row["health"] = f"{UNKNOWN} ({', '.join(unreachable)} unreachable)"
+    return row
+
+
+def status_units(rows: list[dict], groups: Mapping[str, Sequence[str]]) -> list[dict]:
+    """The boxes' status rows -> one row per box or cluster (a child group of `clusters`), in the
+    order of their first host; a member the run did not ask is an unreachable member."""
+    by_host = {row["host"]: row for row in rows}
+    units: list[dict] = []
+    seen: set[str] = set()
+    for row in rows:
+        cluster = cluster_of(groups, [name for name, hosts in groups.items() if row["host"] in hosts])
+        if not cluster:
+            units.append(row)
+        elif cluster["name"] not in seen:
+            seen.add(cluster["name"])
+            units.append(cluster_row(cluster["name"], [
+                by_host.get(member) or status_row({"host": member, "reachable": False,
+                                                   "error": "not in this run (status_hosts)"})
+                for member in cluster["members"]]))
+    return units
+
+
 def status_display(row: dict) -> dict:
     """A status row with the printed table's joined columns."""
     out = dict(row)
-    if not row.get("reachable"):
-        out.update({key: "" for key, _title in STATUS_COLUMNS if key not in ("host", "reachable")})
+    if row.get("members"):
+        out["members_display"] = ", ".join(
+            f"{host}{' (head)' if host == row.get('head') else ''} {state}"
+            for host, state in (row.get("member_containers") or {}).items())
+    if not row.get("reachable") and not row.get("members"):
+        out.update({key: "" for key, _title in STATUS_COLUMNS if key not in ("host", "reachable", "members_display")})
         error = str(row.get("error", "")).splitlines()[-1:] or [""]
         out["gpu"] = error[0][:60] + ("..." if len(error[0]) > 60 else "")
         return out
@@ -222,6 +289,8 @@ def status_display(row: dict) -> dict:
 
 
 def _cell(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(_cell, value))
     if isinstance(value, bool):
         return "yes" if value else "NO"
     if isinstance(value, float):

@@ -1,14 +1,21 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The summary of a rollout (playbooks/rollout.yml): which box runs what, which was rolled
-back and why, from the outcome each box kept and the deployment records the vllm role
-writes (roles/vllm/tasks/record.yml). Pure functions: tests/unit/plugins/module_utils/test_rollout.py.
+"""The units and batches of a rollout (playbooks/rollout.yml), and its summary: which box runs
+what, which was rolled back and why, from the outcome each box kept and the deployment records
+the vllm role writes (roles/vllm/tasks/record.yml).
+
+A unit is what restarts, is health-gated and is rolled back as one: a box, or a cluster (the
+boxes that serve one model together, plugins/plugin_utils/cluster.py), which the rollout never
+splits between batches. Pure functions: tests/unit/plugins/plugin_utils/test_rollout.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import cluster_of
 
 GOOD = ("deployed", "unchanged", "would_deploy")
 STATES = {
@@ -22,6 +29,72 @@ STATES = {
     "rolled_back": "FAILED, rolled back to its last known-good deployment and health-gated again",
     "rollback_failed": "FAILED, and the rollback failed too: it may not serve",
 }
+# A cluster whose members ended in different states is shown in the worst of them, in this order.
+WORST_FIRST = ("rollback_failed", "rolling_back", "restarting", "rolled_back", "not_staged", "staged",
+               "would_deploy", "deployed", "unchanged")
+
+
+class RolloutError(ValueError):
+    """The batches asked for, or the hosts' order, cannot make a rollout of whole units."""
+
+
+def units(hosts: Sequence[str], groups: Mapping[str, Sequence[str]]) -> list[dict[str, Any]]:
+    """The rollout's units in the hosts' order: {"name", "members", "cluster"}; a cluster's
+    members (rank order, the head first) must all be in hosts, next to each other."""
+    found: list[dict[str, Any]] = []
+    for index, host in enumerate(hosts):
+        cluster = cluster_of(groups, [name for name, members in groups.items() if host in members])
+        if not cluster:
+            found.append({"name": host, "members": [host], "cluster": False})
+            continue
+        members = cluster["members"]
+        if found and found[-1]["name"] == cluster["name"] and found[-1]["cluster"]:
+            continue
+        missing = [m for m in members if m not in hosts]
+        if missing:
+            raise RolloutError(
+                f"cluster {cluster['name']} ({', '.join(members)}) restarts as one unit, but {', '.join(missing)} "
+                f"is not in this run (left out by --limit?): run on the whole cluster")
+        if sorted(hosts[index:index + len(members)]) != sorted(members):
+            raise RolloutError(
+                f"the members of cluster {cluster['name']} ({', '.join(members)}) are not next to each other in the "
+                f"play's host order ({', '.join(hosts)}), so no batch of Ansible's serial can hold the cluster "
+                f"whole: list them together in the inventory (a cluster's group under spark, before or after the "
+                f"other boxes)")
+        found.append({"name": cluster["name"], "members": list(members), "cluster": True})
+    return found
+
+
+def batch_size(value: object, total: int) -> int:
+    """One item of rollout_batches against total units, as Ansible reads an item of serial (a
+    number, or a percentage rounded down and at least 1: ansible/utils/helpers.py, pct_to_int,
+    ansible-core 2.19); a size below 1 (Ansible's "all the rest") is refused."""
+    text = str(value).strip()
+    number = text.removesuffix("%")
+    if isinstance(value, bool) or not number.isdigit() or int(number) < 1:
+        raise RolloutError(f"rollout_batches: {value!r} is not a batch size; expected a number of units (a box or "
+                           f"a whole cluster) of at least 1, or a percentage of them such as '50%'")
+    return int(int(number) / 100.0 * total) or 1 if text.endswith("%") else int(number)
+
+
+def serial_counts(batches: object, hosts: Sequence[str], groups: Mapping[str, Sequence[str]]) -> list[int]:
+    """rollout_batches, in units (a box or a whole cluster), as Ansible's serial: the number of
+    hosts of each batch along the play's host order, so that every batch ends between units.
+    The list covers every host (Ansible repeats its last item only past its end)."""
+    sizes = list(batches) if isinstance(batches, (list, tuple)) else [batches]
+    if not sizes:
+        raise RolloutError("rollout_batches is empty; expected a list of batch sizes in units, "
+                           "such as [1, '50%', '100%']")
+    for size in sizes:
+        batch_size(size, 1)
+    found = units(hosts, groups)
+    counts: list[int] = []
+    done = 0
+    while done < len(found):
+        size = batch_size(sizes[min(len(counts), len(sizes) - 1)], len(found))
+        counts.append(sum(len(unit["members"]) for unit in found[done:done + size]))
+        done += size
+    return counts
 
 
 def flag_values(argv: list[str]) -> dict[str, str | None]:
@@ -92,30 +165,61 @@ def host_entry(host: str, outcome: dict[str, Any]) -> dict[str, Any]:
         "failed_task": failure.get("task"),
         "rollback_error": outcome.get("rollback_error"),
     }
-    line = f"{host}: {STATES.get(state, state)}"
+    why = f"{'; '.join(map(str, entry['why']))} (in task: {entry['failed_task']})" if entry["why"] else ""
+    entry["line"] = describe(host, entry, before, why, entry["rollback_error"])
+    return entry
+
+
+def describe(title: str, entry: dict[str, Any], before: dict[str, Any], why: str, rollback_error: str) -> str:
+    """The summary's line of a box or a cluster."""
+    line = f"{title}: {STATES.get(entry['state'], entry['state'])}"
     if entry["batch"]:
         line += f" (batch {entry['batch']})"
-    line += f"; runs {runs(now)}"
+    line += f"; runs {runs(entry['runs'])}"
     if entry["changes"]:
         line += "; changed: " + ", ".join(entry["changes"])
     if entry["image_changed"]:
         line += f"; image was {runs(before)}"
-    if entry["why"]:
-        line += f"; why: {'; '.join(map(str, entry['why']))} (in task: {entry['failed_task']})"
-    if entry["rollback_error"]:
-        line += f"; rollback error: {entry['rollback_error']}"
-    entry["line"] = line
-    return entry
+    if why:
+        line += f"; why: {why}"
+    if rollback_error:
+        line += f"; rollback error: {rollback_error}"
+    return line
 
 
-def summarize(outcomes: dict[str, dict[str, Any]], hosts: list[str]) -> dict[str, Any]:
-    """Every host of the rollout, in inventory order, and whether the rollout completed."""
+def unit_entry(unit: dict[str, Any], entries: dict[str, dict[str, Any]],
+               outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A box as its own entry; a cluster as one: the worst of its members' states, what its head
+    runs and what changed on it, and why each member failed."""
+    members = [entries[host] for host in unit["members"]]
+    if not unit["cluster"]:
+        return {"name": unit["name"], "cluster": False, "members": unit["members"], "head": unit["name"],
+                "state": members[0]["state"], "rolled_back": members[0]["rolled_back"], "line": members[0]["line"]}
+    head = members[0]
+    state = min((m["state"] for m in members), key=lambda s: WORST_FIRST.index(s) if s in WORST_FIRST else -1)
+    entry = {**head, "state": state, "batch": next((m["batch"] for m in members if m["batch"]), None)}
+    why = "; ".join(f"{m['host']}: {'; '.join(map(str, m['why']))} (in task: {m['failed_task']})"
+                    for m in members if m["why"])
+    errors = "; ".join(f"{m['host']}: {m['rollback_error']}" for m in members if m["rollback_error"])
+    title = f"cluster {unit['name']} ({head['host']} head, {', '.join(unit['members'][1:])})"
+    return {"name": unit["name"], "cluster": True, "members": unit["members"], "head": head["host"],
+            "state": state, "rolled_back": any(m["rolled_back"] for m in members),
+            "line": describe(title, entry, outcomes.get(head["host"], {}).get("before") or {}, why, errors)}
+
+
+def summarize(outcomes: dict[str, dict[str, Any]], hosts: list[str],
+              groups: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+    """Every host of the rollout, in inventory order, and whether the rollout completed; with the
+    inventory's groups, one line per unit (a cluster's members in one)."""
     entries = [host_entry(host, outcomes.get(host) or {}) for host in hosts]
+    found = units(hosts, groups) if groups else [{"name": h, "members": [h], "cluster": False} for h in hosts]
+    unit_entries = [unit_entry(unit, {e["host"]: e for e in entries}, outcomes) for unit in found]
     return {
         "complete": all(e["state"] in GOOD for e in entries),
         "deployed": [e["host"] for e in entries if e["state"] == "deployed"],
         "rolled_back": [e["host"] for e in entries if e["rolled_back"]],
         "not_reached": [e["host"] for e in entries if e["state"] == "staged"],
         "hosts": entries,
-        "lines": [e["line"] for e in entries],
+        "units": unit_entries,
+        "lines": [u["line"] for u in unit_entries],
     }

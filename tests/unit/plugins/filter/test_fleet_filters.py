@@ -34,3 +34,15 @@ def test_benchmark_filters():
         FILTERS["fleet_benchmark_summary"](["x"])
     assert FILTERS["fleet_benchmark_row"](None, "spark-1", "no result") == {"host": "spark-1", "error": "no result"}
     assert FILTERS["fleet_benchmark_summary"]({})["boxes"] == 0
+
+
+def test_status_units_filter():
+    groups = {"spark": ["a", "b"], "clusters": ["a", "b"], "pair": ["a", "b"]}
+    rows = [FILTERS["fleet_status_row"]({"host": h, "reachable": False}) for h in ("a", "b")]
+    assert [u["host"] for u in FILTERS["fleet_status_units"](rows, groups)] == ["pair"]
+    with pytest.raises(AnsibleFilterError, match="list of status rows"):
+        FILTERS["fleet_status_units"]([{"x": 1}], groups)
+    with pytest.raises(AnsibleFilterError, match="groups variable"):
+        FILTERS["fleet_status_units"](rows, ["pair"])
+    with pytest.raises(AnsibleFilterError, match="fleet_status_units: the host is in 2 cluster groups"):
+        FILTERS["fleet_status_units"](rows, {**groups, "pair2": ["a"]})

@@ -21,6 +21,7 @@ from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report im
     render_table,
     status_display,
     status_row,
+    status_units,
 )
 
 # vLLM 0.19.1's /metrics in the shape prometheus_client writes it (vllm/v1/metrics/loggers.py).
@@ -252,3 +253,67 @@ def test_every_row_has_the_same_keys():
     keys = set(status_row(raw()))
     assert set(status_row({"host": "x", "reachable": False})) == keys
     assert set(status_row({"host": "x", "reachable": True})) == keys
+
+
+# --- clusters ---------------------------------------------------------------------------------
+
+GROUPS = {"all": ["spark-1", "head", "worker"], "spark": ["spark-1", "head", "worker"],
+          "clusters": ["head", "worker"], "pair1": ["head", "worker"]}
+CLUSTER = {"name": "pair1", "members": ["head", "worker"], "head": "head"}
+
+
+def member(name: str, **overrides: object) -> dict:
+    # What status.yml gathers: a worker is not asked /health or /metrics (it serves no API).
+    worker = {"health_status": -1, "metrics": ""} if name == "worker" else {}
+    return status_row(raw(host=name, cluster=CLUSTER, **{**worker, **overrides}))
+
+
+def test_a_worker_says_it_serves_no_api_and_its_head_is_healthy():
+    assert member("worker")["health"] == "no API (worker of pair1, serves through head)"
+    assert (member("worker")["cluster"], member("worker")["cluster_role"]) == ("pair1", "worker")
+    assert (member("head")["health"], member("head")["cluster_role"]) == ("ok", "head")
+    assert (status_row(raw())["cluster"], status_row(raw())["cluster_role"]) == ("", "")
+
+
+def test_a_cluster_is_one_row_with_its_members_and_its_heads_health():
+    rows = [status_row(raw()), member("head"), member("worker")]
+    units = status_units(rows, GROUPS)
+    assert [u["host"] for u in units] == ["spark-1", "pair1"]
+    assert units[0] == rows[0]
+    pair = units[1]
+    assert pair["members"] == ["head", "worker"] and pair["head"] == "head"
+    assert pair["member_containers"] == {"head": "running", "worker": "running"}
+    assert pair["health"] == "ok" and pair["requests_running"] == 3 and pair["reachable"] is True
+    # The members agree on the image: one value.
+    assert pair["image"] == rows[1]["image"]
+    shown = status_display(pair)
+    assert shown["members_display"] == "head (head) running, worker running"
+    table = render_table([status_display(u) for u in units], STATUS_COLUMNS).splitlines()
+    assert len(table) == 4 and table[3].startswith("pair1 ") and "head (head) running, worker running" in table[3]
+
+
+def test_a_cluster_whose_worker_stopped_is_down_whatever_its_head_says():
+    rows = [member("head"), member("worker", container={"State": {"Status": "exited"}})]
+    assert status_units(rows, GROUPS)[0]["health"] == "down (worker exited)"
+
+
+def test_a_member_unreachable_or_not_asked_leaves_the_clusters_health_unknown():
+    unreachable = status_row({"host": "worker", "reachable": False, "error": "timed out"})
+    pair = status_units([member("head"), unreachable], GROUPS)[0]
+    assert pair["health"] == "unknown (worker unreachable)" and pair["reachable"] is False
+    assert pair["error"] == "worker: timed out"
+    assert status_display(pair)["model_revision"] != ""
+    alone = status_units([member("head")], GROUPS)[0]
+    assert alone["member_containers"] == {"head": "running", "worker": "unreachable"}
+    assert "not in this run" in alone["error"]
+
+
+def test_members_that_disagree_show_each_value():
+    rows = [member("head"), member("worker", ufw_rc=127)]
+    assert status_units(rows, GROUPS)[0]["firewall"] == "head: active; worker: not installed"
+
+
+def test_a_benchmark_row_of_a_cluster_lists_its_members():
+    row = {**benchmark_row("pair1", {"completed": 4, "failed": 0}), "members": ["head", "worker"]}
+    lines = render_table([row], BENCHMARK_COLUMNS).splitlines()
+    assert lines[0].split()[:2] == ["host", "members"] and lines[2].startswith("pair1  head, worker ")

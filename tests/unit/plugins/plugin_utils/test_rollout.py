@@ -1,11 +1,23 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The rollout summary (plugins/plugin_utils/rollout.py) from the outcomes boxes keep."""
+"""The rollout's batches of units and its summary (plugins/plugin_utils/rollout.py) from the outcomes boxes keep."""
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.serving.plugins.plugin_utils.rollout import argv_changes, flag_values, summarize
+import pytest
+
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.rollout import (
+    RolloutError,
+    argv_changes,
+    flag_values,
+    serial_counts,
+    summarize,
+)
+
+# As ansible-inventory builds `groups`: two boxes alone and the cluster pair1 (head m1).
+GROUPS = {"all": ["s1", "m1", "m2", "s2"], "ungrouped": [], "spark": ["s1", "m1", "m2", "s2"],
+          "clusters": ["m1", "m2"], "pair1": ["m1", "m2"]}
 
 OLD = ["/model", "--served-model-name", "qwen3.5-35b", "--gpu-memory-utilization", "0.75", "--enforce-eager"]
 NEW = ["/model", "--served-model-name", "qwen3.5-35b", "--gpu-memory-utilization", "0.8", "--max-num-seqs", "8"]
@@ -70,3 +82,72 @@ def test_environment_changes_are_told_by_key_never_by_value():
     assert entry["changes"] == ["environment changed, added C, removed B"]
     same = {**after, "env_sha256": "1", "env_keys": ["A", "B"]}
     assert summarize({"x": {"state": "deployed", "before": before, "after": same}}, ["x"])["hosts"][0]["changes"] == []
+
+
+# --- batches of units ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("batches", "hosts", "serial"), [
+    # One canary unit, half of the 3 units (1), the rest: the cluster's two hosts are one batch.
+    ([1, "50%", "100%"], ["s1", "m1", "m2", "s2"], [1, 2, 1]),
+    # The cluster first: the canary is the whole cluster.
+    ([1, "50%", "100%"], ["m1", "m2", "s1", "s2"], [2, 1, 1]),
+    # The last size repeats; the list names every batch.
+    ([1], ["s1", "m1", "m2", "s2"], [1, 2, 1]),
+    (["2"], ["s1", "m1", "m2", "s2"], [3, 1]),
+    ("100%", ["s1", "m1", "m2", "s2"], [4]),
+    # Without a cluster, as Ansible's own serial would batch the hosts.
+    ([1, "50%", "100%"], ["s1", "s2", "s3", "s4"], [1, 2, 1]),
+])
+def test_batches_count_units_and_end_between_them(batches, hosts, serial):
+    groups = {**GROUPS, "spark": hosts}
+    assert serial_counts(batches, hosts, groups) == serial
+    assert sum(serial) == len(hosts)
+
+
+def test_members_apart_in_the_host_order_are_refused():
+    with pytest.raises(RolloutError, match=r"pair1 .*not next to each other.*list them together"):
+        serial_counts([1], ["m1", "s1", "m2"], GROUPS)
+
+
+def test_a_member_left_out_of_the_run_is_refused():
+    with pytest.raises(RolloutError, match="m2 is not in this run"):
+        serial_counts([1], ["s1", "m1"], GROUPS)
+
+
+@pytest.mark.parametrize("bad", [0, "0%", "-1", "half", True, 1.5, []])
+def test_a_batch_size_below_one_unit_is_refused(bad):
+    with pytest.raises(RolloutError, match="rollout_batches"):
+        serial_counts(bad if bad == [] else [1, bad], ["s1", "s2"], GROUPS)
+
+
+def test_a_cluster_is_one_line_of_the_summary_with_each_members_why():
+    failure = {"state": "rolled_back", "batch": 1, "before": record(OLD), "after": record(OLD)}
+    outcomes = {
+        "m1": {**failure, "failure": {"task": "Fail with the diagnosis of the head", "message": "no completion",
+                                      "diagnosis": ["A member did not join"]}},
+        "m2": {**failure, "failure": {"task": "Fail with the diagnosis of this worker", "message": "worker exited"}},
+        "s1": {"state": "staged", "before": record(OLD)},
+    }
+    summary = summarize(outcomes, ["m1", "m2", "s1"], GROUPS)
+    assert summary["rolled_back"] == ["m1", "m2"] and summary["not_reached"] == ["s1"]
+    assert [u["name"] for u in summary["units"]] == ["pair1", "s1"]
+    assert summary["units"][0]["members"] == ["m1", "m2"] and summary["units"][0]["head"] == "m1"
+    assert len(summary["lines"]) == 2
+    line = summary["lines"][0]
+    assert line.startswith("cluster pair1 (m1 head, m2): FAILED, rolled back to its last known-good deployment")
+    assert "(batch 1)" in line
+    assert "why: m1: A member did not join (in task: Fail with the diagnosis of the head); m2: worker exited" in line
+    # Each member's own entry stays in the JSON.
+    assert [e["host"] for e in summary["hosts"]] == ["m1", "m2", "s1"]
+
+
+def test_a_cluster_shows_its_worst_members_state():
+    outcomes = {"m1": {"state": "deployed", "batch": 1, "before": record(OLD), "after": record(NEW)},
+                "m2": {"state": "rollback_failed", "batch": 1, "rollback_error": "gate failed"}}
+    summary = summarize(outcomes, ["m1", "m2"], GROUPS)
+    assert summary["units"][0]["state"] == "rollback_failed" and summary["complete"] is False
+    assert "rollback error: m2: gate failed" in summary["lines"][0]
+    deployed = {"m1": outcomes["m1"], "m2": {**outcomes["m1"]}}
+    line = summarize(deployed, ["m1", "m2"], GROUPS)["lines"][0]
+    assert line.startswith("cluster pair1 (m1 head, m2): deployed and health-gated (batch 1)")
+    assert "changed: --gpu-memory-utilization 0.75 -> 0.8" in line
