@@ -48,8 +48,8 @@ STATUS_COLUMNS = (
 # Every field of a status row (the JSON's keys).
 ROW_FIELDS = ("host", "reachable", "error", "gpu", "gpu_present", "driver", "cuda", "image", "image_digest",
               "container", "model", "revision", "commit", "served_model_name", "model_source", "deployed_at",
-              "health", "memory_used_pct", "watchdog", "watchdog_last_action", "firewall", "cluster", "cluster_role",
-              *METRICS)
+              "health", "memory_used_pct", "watchdog", "watchdog_last_action", "watchdog_stop", "firewall", "cluster",
+              "cluster_role", *METRICS)
 # What a cluster's row takes from its head alone: what its API says (the workers serve none).
 HEAD_ONLY = ("health", *METRICS)
 BENCHMARK_COLUMNS = (
@@ -134,6 +134,15 @@ def health_state(status: object, container_state: str) -> str:
     return "down" if container_state == "running" else UNKNOWN
 
 
+def watchdog_stop_text(stop: object) -> str:
+    """The memory watchdog's record of a stop in force (the vllm role's vllm_deployment.watchdog_stop; the
+    watchdog role's README, "Stops on record") as a few words; "" when there is none."""
+    if not isinstance(stop, dict) or not stop:
+        return ""
+    return (f"stopped by the watchdog at {stop.get('stopped_at', UNKNOWN)}, {stop.get('used_pct', UNKNOWN)} % used,"
+            f" threshold {stop.get('threshold', UNKNOWN)} %")
+
+
 def _short_digest(digests: list, image_id: str) -> str:
     for ref in digests or []:
         if isinstance(ref, str) and "@" in ref:
@@ -190,6 +199,8 @@ def status_row(raw: dict) -> dict:
     digest = _short_digest(image_info.get("RepoDigests") or record.get("repo_digests") or [],
                            image_info.get("Id") or container.get("Image") or record.get("image_id") or "")
     metrics = parse_metrics(raw.get("metrics"))
+    # A container the watchdog stopped says why instead of only "exited" (while the record is in force).
+    stopped_by = watchdog_stop_text(raw.get("watchdog_stop")) if state != "running" else ""
     row = {"host": host, "reachable": True, "error": "", **_gpu(gpu), "image": image, "image_digest": digest,
            "container": state,
            **_model_identity(_json(raw.get("manifest")), record, legacy,
@@ -201,7 +212,9 @@ def status_row(raw: dict) -> dict:
            "memory_used_pct": _memory_pct(gpu), "watchdog": raw.get("watchdog_state") or UNKNOWN,
            "watchdog_last_action": last_watchdog_action(raw.get("watchdog_journal"))
            if raw.get("watchdog_journal") is not None else UNKNOWN,
-           "firewall": firewall_state(raw.get("ufw_rc"), raw.get("ufw_stdout"))}
+           "firewall": firewall_state(raw.get("ufw_rc"), raw.get("ufw_stdout")), "watchdog_stop": stopped_by}
+    if stopped_by and role != "worker":
+        row["health"] = f"down ({stopped_by})"
     for key, name in METRICS.items():
         value = metrics.get(name)
         if value is None:
@@ -234,7 +247,8 @@ def cluster_row(name: str, members: list[dict]) -> dict:
                                   for m in members},
                reachable=all(member.get("reachable") for member in members),
                error="; ".join(f"{m['host']}: {m['error']}" for m in members if m.get("error")))
-    stopped = [f"{host} {state}" for host, state in row["member_containers"].items()
+    why = {member["host"]: member.get("watchdog_stop") for member in members}
+    stopped = [f"{host} {why.get(host) or state}" for host, state in row["member_containers"].items()
                if state not in ("running", "unreachable")]
     unreachable = [host for host, state in row["member_containers"].items() if state == "unreachable"]
     if stopped:

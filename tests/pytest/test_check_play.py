@@ -29,6 +29,9 @@ from check_paths import (
 
 # Checks in site.yml's roles that need the box as it is then (not only the variables), and why
 # the check play cannot make them before anything changes.
+# tasks/watchdog-stop.yml: the memory watchdog's record of a stop on the box, when the container would start,
+# against the deployment about to run (its spec: these settings).
+WATCHDOG_STOP = "the watchdog's record of a stop on the box, when the container would start (tasks/watchdog-stop.yml)"
 NEEDS_THE_BOX = {
     "common_role": "the role's name in the OS check's message; the preflight role checks the OS first",
     "docker_daemon_config_path": "the daemon.json on the box must be valid JSON: the probe reads it",
@@ -38,6 +41,15 @@ NEEDS_THE_BOX = {
     "vllm_flush_page_cache_required": "whether the box can flush its page cache, asked when it must",
     "vllm_image": "whether the image is in the box's Docker engine after the docker role ran",
     "vllm_image_pull": "whether the image is in the box's Docker engine after the docker role ran",
+    "vllm_restart_after_watchdog_stop": WATCHDOG_STOP,
+    "vllm_labels": WATCHDOG_STOP,
+    "vllm_runtime": WATCHDOG_STOP,
+    "vllm_stop_timeout": WATCHDOG_STOP,
+    "vllm_restart_policy": WATCHDOG_STOP,
+    "vllm_gpus_all": WATCHDOG_STOP,
+    # tasks/health-diagnose.yml: which member's log to diagnose, told by the record of the deployment it runs.
+    "vllm_rollback_target": "the deployment record on the box, for the diagnosis of a member's log",
+    "vllm_state_dir": "the deployment record on the box, for the diagnosis of a member's log",
     "watchdog_python": "whether the interpreter exists on the box and systemd runs (one file_info call)",
 }
 REFUSALS = load(ROOT / "molecule/default/files/refusals.yml")

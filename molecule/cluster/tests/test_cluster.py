@@ -245,6 +245,12 @@ def test_a_member_the_watchdog_stopped_stops_the_whole_cluster_until_told_otherw
         state = inspect(name)["State"]
         assert not state["Running"] and not state["Restarting"], name
     assert worker.file(STOP_RECORD).exists
+    # The status says why the cluster is down.
+    report = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "cluster-watchdog-status.json"
+    status = run_playbook(SCENARIO.parents[1] / "playbooks" / "status.yml", {"status_json_path": str(report)})
+    assert status.returncode == 0, status.stdout[-4000:]
+    [cluster] = json.loads(report.read_text())["clusters"]
+    assert f"{WORKER} stopped by the watchdog at " in cluster["health"], cluster["health"]
     # Told to start it anyway (what took the memory is gone): the cluster starts as one unit, and the watchdog
     # clears its record once it sees the container started after the stop.
     before = started()

@@ -25,9 +25,9 @@ PLAYBOOKS = Path(__file__).resolve().parents[3] / "playbooks"
 # The scenario's extra environment (molecule.yml), which -e vllm_extra_env replaces.
 EXTRA_ENV = {"VLLM_STANDIN_STARTUP_SECONDS": "3"}
 REPORTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "cluster-fleet"
-# A rollout stages the weights first (the model role). The scenario has no hub: the staged weights get the
-# manifest the model role writes after fetching a selection (model_include) of a commit that -e
-# model_revision pins, so that the model role plans from the manifest alone and asks no hub (as
+# A rollout stages the weights first (the model role), which would fetch them anew from the scenario's stand-in
+# hub: the staged weights get the manifest the model role writes after fetching a selection (model_include) of a
+# commit that -e model_revision pins, so that the model role plans from the manifest alone and asks no hub (as
 # molecule/preflight/tests/test_site_check_play.py does). The selection is config.json: the stand-in
 # shard is a sparse file of 34 GiB, too long to hash here.
 COMMIT = "7" * 40

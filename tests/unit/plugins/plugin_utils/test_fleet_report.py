@@ -317,3 +317,20 @@ def test_a_benchmark_row_of_a_cluster_lists_its_members():
     row = {**benchmark_row("pair1", {"completed": 4, "failed": 0}), "members": ["head", "worker"]}
     lines = render_table([row], BENCHMARK_COLUMNS).splitlines()
     assert lines[0].split()[:2] == ["host", "members"] and lines[2].startswith("pair1  head, worker ")
+
+
+STOP = {"container": "vllm", "stopped_at": "2026-12-01T20:31:07.412Z", "used_pct": 99.0, "threshold": 98.0}
+
+
+def test_a_container_the_watchdog_stopped_says_so_alone_and_in_its_cluster():
+    exited = {"State": {"Status": "exited"}}
+    alone = status_row(raw(container=exited, watchdog_stop=STOP))
+    assert alone["health"] == ("down (stopped by the watchdog at 2026-12-01T20:31:07.412Z, 99.0 % used, "
+                               "threshold 98.0 %)")
+    # The record of a container that runs again is stale: not shown.
+    assert status_row(raw(watchdog_stop=STOP))["watchdog_stop"] == ""
+    rows = [member("head", container=exited), member("worker", container=exited, watchdog_stop=STOP)]
+    assert status_units(rows, GROUPS)[0]["health"] == (
+        "down (head exited, worker stopped by the watchdog at 2026-12-01T20:31:07.412Z, 99.0 % used, "
+        "threshold 98.0 %)")
+
