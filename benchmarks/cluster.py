@@ -20,7 +20,7 @@ connection (as Molecule connects), with the scenario's converge.yml:
 Every run starts from fresh boxes; --runs N reports the median of N runs. The containers and the
 networks are removed at the end (--keep leaves the last run's boxes up).
 
-    python3 benchmarks/cluster.py [--runs 3] [--json FILE] [--no-single] [--keep]
+    python3 benchmarks/cluster.py [--runs 3] [--json FILE] [--no-single] [--profile] [--keep]
 """
 
 from __future__ import annotations
@@ -365,6 +365,8 @@ def main() -> int:
     parser.add_argument("--output-len", type=int, default=128, help="tokens per reply (default 128)")
     parser.add_argument("--no-single", dest="single", action="store_false",
                         help="leave out the workload against the head serving alone")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile_tasks, every playbook's output kept in benchmarks/output/")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="leave the last run's boxes and networks up")
     args = parser.parse_args()
@@ -373,7 +375,7 @@ def main() -> int:
     # Outside the tree: the linters would read the inventories as the project's YAML.
     work = Path(tempfile.gettempdir()) / "sparkfleet-benchmark-cluster"
     work.mkdir(exist_ok=True)
-    runner = Runner(ROOT, False, out_dir)
+    runner = Runner(ROOT, args.profile, out_dir)
     image = build_images()
     rows: list[dict[str, Any]] = []
     cluster = Cluster(runner, work, args)
