@@ -91,8 +91,9 @@ def scenario_vars() -> dict[str, Any]:
     return variables
 
 
-def docker_run_argv(name: str, image: str, settings: dict[str, Any]) -> list[str]:
-    argv = ["docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
+def docker_run_argv(name: str, image: str, settings: dict[str, Any], network: str = NETWORK) -> list[str]:
+    """`docker run` of a simulated Spark with the given settings, on one network (more are connected later)."""
+    argv = ["docker", "run", "-d", "--name", name, "--hostname", name, "--network", network,
             "--label", "owner=sparkfleet-benchmark", f"--cgroupns={settings['cgroupns_mode']}"]
     argv += [f"--cap-add={cap}" for cap in settings["capabilities"]]
     argv += [f"--security-opt={opt}" for opt in settings["security_opts"]]
