@@ -194,6 +194,58 @@ def logs(module: AnsibleModule, container: str, lines: int) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
+def wait(module: AnsibleModule, p: dict) -> tuple[dict, dict | None]:
+    """Probes the API stage by stage and looks at the container every INSPECT_EVERY seconds until the model
+    serves, the container failed or wait_seconds are up; returns the result and the container's last inspect."""
+    stages = ["health", "models"] + (["chat"] if p["chat"] else [])
+    target = Target(p["url"], p["served_model_name"], api_key=p["api_key"], chat_timeout=p["chat_timeout"])
+    deadline = time.monotonic() + max(0.0, p["wait_seconds"])
+    passed: list[str] = []
+    result: dict = {"changed": False, "stage": "none", "detail": "", "last_log_line": ""}
+    info: dict | None = {}
+    last_inspect = float("-inf")
+    # Without a caller's baseline, the count at the first look: a restart during the wait is a crash even
+    # when Docker brings the container back running between two looks (a cluster's head that restarted alone
+    # fails its rendezvous and restarts again every --distributed-timeout-seconds).
+    baseline = p["baseline_restarts"]
+    while True:
+        tick = time.monotonic()
+        # Probe first: the moment vLLM answers is what the caller waits for.
+        for stage in stages[len(passed):]:
+            ok, detail = probe(target, stage)
+            result["detail"] = detail
+            if not ok:
+                break
+            passed.append(stage)
+            result["stage"] = stage
+            if stage == "health":
+                result["healthy_at"] = time.time()
+        if len(passed) == len(stages):
+            result.update(state="ready", ready_at=time.time())
+            break
+        # `docker inspect` costs a process start: at most every INSPECT_EVERY seconds.
+        if tick - last_inspect >= INSPECT_EVERY:
+            last_inspect = tick
+            info = inspect(module, p["container"])
+            if info is None:
+                result.update(state="failed", reason=f"container {p['container']} does not exist")
+                break
+            state = dict(info.get("State") or {}, RestartCount=info.get("RestartCount", 0))
+            result.update(restart_count=state["RestartCount"], started_at=state.get("StartedAt", ""))
+            reason = container_failed(state, baseline)
+            baseline = state["RestartCount"] if baseline is None else baseline
+            if reason:
+                # The exit code is evidence too: 135 (SIGBUS) is a full /dev/shm even when the log is silent.
+                result.update(state="failed", reason=reason, exit_code=state.get("ExitCode"))
+                break
+        if time.monotonic() >= deadline:
+            result["state"] = "waiting"
+            break
+        # Probes run on a fixed tick, however long the work in between took.
+        time.sleep(max(0.05, p["poll_interval"] - (time.monotonic() - tick)))
+    return result, info
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -219,47 +271,7 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     if not module.get_bin_path("docker"):
         module.fail_json(msg="docker is not on PATH of the target; the health gate reads the container's state with it")
-    stages = ["health", "models"] + (["chat"] if p["chat"] else [])
-    target = Target(p["url"], p["served_model_name"], api_key=p["api_key"], chat_timeout=p["chat_timeout"])
-    deadline = time.monotonic() + max(0.0, p["wait_seconds"])
-    passed: list[str] = []
-    result: dict = {"changed": False, "stage": "none", "detail": "", "last_log_line": ""}
-    info: dict | None = {}
-    last_inspect = float("-inf")
-    while True:
-        tick = time.monotonic()
-        # Probe first: the moment vLLM answers is what the caller waits for.
-        for stage in stages[len(passed):]:
-            ok, detail = probe(target, stage)
-            result["detail"] = detail
-            if not ok:
-                break
-            passed.append(stage)
-            result["stage"] = stage
-            if stage == "health":
-                result["healthy_at"] = time.time()
-        if len(passed) == len(stages):
-            result.update(state="ready", ready_at=time.time())
-            break
-        # `docker inspect` costs a process start: at most every INSPECT_EVERY seconds.
-        if tick - last_inspect >= INSPECT_EVERY:
-            last_inspect = tick
-            info = inspect(module, p["container"])
-            if info is None:
-                result.update(state="failed", reason=f"container {p['container']} does not exist")
-                break
-            state = dict(info.get("State") or {}, RestartCount=info.get("RestartCount", 0))
-            result.update(restart_count=state["RestartCount"], started_at=state.get("StartedAt", ""))
-            reason = container_failed(state, p["baseline_restarts"])
-            if reason:
-                # The exit code is evidence too: 135 (SIGBUS) is a full /dev/shm even when the log is silent.
-                result.update(state="failed", reason=reason, exit_code=state.get("ExitCode"))
-                break
-        if time.monotonic() >= deadline:
-            result["state"] = "waiting"
-            break
-        # Probes run on a fixed tick, however long the work in between took.
-        time.sleep(max(0.05, p["poll_interval"] - (time.monotonic() - tick)))
+    result, info = wait(module, p)
     tail = logs(module, p["container"], p["log_lines"]) if info is not None else []
     result["last_log_line"] = tail[-1] if tail else ""
     if result["state"] != "ready":

@@ -64,3 +64,21 @@ def test_property_any_url_and_times_give_a_clear_error_before_any_probe(url, tim
     timeout, poll, wait = times
     result = health(url=url, timeout=timeout, poll_interval=poll, wait_seconds=wait, log_lines=lines)
     assert_clear_failure(result, "url", "timeout", "poll_interval", "wait_seconds", "log_lines", "docker")
+
+
+def test_a_restart_during_the_wait_fails_it_without_a_baseline_from_the_caller():
+    """Docker restarts a crashed container (unless-stopped) between two looks: the count at the first look is
+    the baseline, so the restart fails the gate at the next look instead of at the next crash."""
+    looks = iter([{"State": {"Status": "running"}, "RestartCount": 3}, {"State": {"Status": "running"},
+                                                                          "RestartCount": 4}])
+    with (
+        mock.patch.object(vllm_health, "inspect", lambda _module, _name: next(looks)),
+        mock.patch.object(vllm_health, "probe", lambda _target, _stage: (False, "connection refused")),
+        mock.patch.object(vllm_health, "logs", lambda _module, _name, _lines: ["the last line"]),
+        mock.patch.object(vllm_health, "INSPECT_EVERY", 0.0),
+        mock.patch.object(vllm_health.AnsibleModule, "get_bin_path", return_value="/usr/bin/docker"),
+    ):
+        result = call_module(vllm_health, {**GOOD, "timeout": 30, "poll_interval": 0.01, "wait_seconds": 30})
+    assert result["state"] == "failed", result
+    assert result["reason"] == "container restarted (4 restarts) after exit code None"
+
