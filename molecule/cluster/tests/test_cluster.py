@@ -266,4 +266,3 @@ def test_a_member_the_watchdog_stopped_stops_the_whole_cluster_until_told_otherw
     assert "It starts again: vllm_restart_after_watchdog_stop is true." in done.stdout
     assert_started_anew(before)
     assert eventually(lambda: not worker.file(STOP_RECORD).exists, 10), "the stop stayed on record"
-
