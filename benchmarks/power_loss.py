@@ -49,8 +49,8 @@ def in_box(box: str, script: str, check: bool = False) -> subprocess.CompletedPr
 
 def epoch(stamp: str) -> float:
     """Docker's RFC 3339 time (nanoseconds, Z) -> seconds since the epoch."""
-    day, _, fraction = stamp.rstrip("Z").partition(".")
-    return datetime.fromisoformat(f"{day}.{(fraction or '0')[:6].ljust(6, '0')}+00:00").timestamp()
+    day, _dot, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{day}.{fraction[:6].ljust(6, '0')}+00:00").timestamp()
 
 
 def unit_ready(box: str, unit: str) -> float:
@@ -116,7 +116,7 @@ def main() -> int:
     if not chat(args.box, args.key, args.model):
         print(f"{args.box} does not serve a completion now: converge it first", file=sys.stderr)
         return 1
-    trials = [trial(args) for _ in range(args.trials)]
+    trials = [trial(args) for _trial in range(args.trials)]
     print(f"{args.mode} of {args.box}, {args.trials} trials; seconds after the command, each milestone "
           f"(the stand-in's VLLM_STANDIN_STARTUP_SECONDS: {standin_sleep(args.box, args.container)})")
     heads = "".join(f"{'trial ' + str(i + 1):>10}" for i in range(len(trials)))
