@@ -69,8 +69,8 @@ def test_property_any_url_and_times_give_a_clear_error_before_any_probe(url, tim
 def test_a_restart_during_the_wait_fails_it_without_a_baseline_from_the_caller():
     """Docker restarts a crashed container (unless-stopped) between two looks: the count at the first look is
     the baseline, so the restart fails the gate at the next look instead of at the next crash."""
-    looks = iter([{"State": {"Status": "running"}, "RestartCount": 3}, {"State": {"Status": "running"},
-                                                                          "RestartCount": 4}])
+    running = {"State": {"Status": "running"}}
+    looks = iter([{**running, "RestartCount": 3}, {**running, "RestartCount": 4}])
     with (
         mock.patch.object(vllm_health, "inspect", lambda _module, _name: next(looks)),
         mock.patch.object(vllm_health, "probe", lambda _target, _stage: (False, "connection refused")),
