@@ -310,7 +310,10 @@ class Cluster:
                     "benchmark_extra_args": ["--metric-percentiles", "50,95,99"]}
         self.playbook("playbooks/benchmark.yml", f"bench-{slug}", inventory,
                       ["-e", json.dumps(workload)])
-        result = json.loads(result_file.read_text())["results"][self.head]
+        # playbooks/benchmark.yml names a cluster's row after the cluster (one row, through its head); the head
+        # converged alone is a box of its own.
+        results = json.loads(result_file.read_text())["results"]
+        result = results.get(self.group) or results[self.head]
         self.record(case, requests_per_s=result["request_throughput"], output_tok_per_s=result["output_throughput"],
                     ttft_p50_ms=result["median_ttft_ms"], ttft_p99_ms=result["p99_ttft_ms"],
                     failed=result["failed"])

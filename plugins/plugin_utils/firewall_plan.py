@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_state import (
+    DOCKER_ORDER_PATH,
     block_in_place,
     line_in_place,
     read_probe,
@@ -29,6 +30,15 @@ MARKER = "sparkfleet.serving.firewall"
 BLOCK_NAME = f"{MARKER} DOCKER-USER"
 # ansible.builtin.lineinfile's regexp and line for IPv6 in /etc/default/ufw.
 IPV6_REGEXP, IPV6_LINE = "^IPV6=", "IPV6=yes"
+# At boot ufw.service loads the rules (Before=network-pre.target) and docker.service starts after
+# network-online.target: the two are ordered only through network.target, which only a network manager pulls
+# in: without one, the two start side by side (molecule/default/tests/test_site_power_loss.py saw Docker start
+# before ufw had loaded its rules on a Debian 12 box). This drop-in orders them on every box, so that neither a
+# host-network container (vLLM) nor a published port is reachable before the firewall holds.
+DOCKER_ORDER_UNIT = (
+    f"# {MARKER}: Docker starts at boot only once ufw has loaded its rules (ufw.service).\n"
+    "[Unit]\nAfter=ufw.service\n"
+)
 # The policies as `ufw status verbose` of an active ufw shows them: "Default: deny (incoming),
 # allow (outgoing), ...".
 POLICIES = (("incoming", "deny"), ("outgoing", "allow"))
@@ -255,6 +265,8 @@ def steps(data: dict[str, Any], state: dict[str, Any], rules: list[dict[str, str
         if not block_in_place(files[path], BLOCK_NAME, block, wanted_block):
             todo.append({"task": "block", "path": path, "marker": f"# {{mark}} {BLOCK_NAME}", "block": block,
                          "state": "present" if wanted_block else "absent"})
+    if files[DOCKER_ORDER_PATH] != DOCKER_ORDER_UNIT:
+        todo.append({"task": "docker_order", "path": DOCKER_ORDER_PATH, "content": DOCKER_ORDER_UNIT})
     if not re.search(r"^Status: active$", status, re.MULTILINE):
         todo.append({"task": "enable"})
     return todo

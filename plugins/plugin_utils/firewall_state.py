@@ -12,7 +12,9 @@ import binascii
 import re
 from typing import Any
 
-FILES = ("/etc/ufw/after.rules", "/etc/ufw/after6.rules", "/etc/default/ufw")
+# The systemd drop-in that starts Docker after ufw at boot (firewall_plan.DOCKER_ORDER_UNIT) is one of the files.
+DOCKER_ORDER_PATH = "/etc/systemd/system/docker.service.d/sparkfleet-firewall.conf"
+FILES = ("/etc/ufw/after.rules", "/etc/ufw/after6.rules", "/etc/default/ufw", DOCKER_ORDER_PATH)
 SECTIONS = ("ssh_connection", "sshd", *(f"file {path}" for path in FILES), "ufw")
 # `ufw show added` ends each rule that has one with its comment.
 COMMENT = re.compile(r" comment '(.*)'$")

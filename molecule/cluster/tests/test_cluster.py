@@ -173,7 +173,8 @@ def test_the_check_play_refuses_a_link_interface_the_members_do_not_have():
     done = run_playbook(CHECK, {"link_interfaces": ["enP2p1s0f1np1"]})
     out = done.stdout + done.stderr
     assert done.returncode != 0, out[-4000:]
-    assert f"link_interfaces names enP2p1s0f1np1, which {HEAD} does not have; found" in out
+    assert (f"The link of {HEAD} is not ready for the cluster: ERROR link enP2p1s0f1np1: no interface "
+            f"enP2p1s0f1np1 on {HEAD}; expected the link interface; fix: name an interface that `ip link` shows") in out
     assert recap_changed(done.stdout) == 0
     assert started() == before
 
@@ -265,4 +266,3 @@ def test_a_member_the_watchdog_stopped_stops_the_whole_cluster_until_told_otherw
     assert "It starts again: vllm_restart_after_watchdog_stop is true." in done.stdout
     assert_started_anew(before)
     assert eventually(lambda: not worker.file(STOP_RECORD).exists, 10), "the stop stayed on record"
-

@@ -26,8 +26,9 @@ section ssh_connection ssh_connection
 # sshd's effective configuration (its `port` lines), or why it cannot tell.
 section sshd "$sshd" -T
 
-# The files the role edits, as base64 (their bytes exactly); rc 1: the file is not there.
-for file in /etc/ufw/after.rules /etc/ufw/after6.rules /etc/default/ufw; do
+# The files the role edits (the last: the drop-in that starts Docker after ufw at boot), as base64 (their bytes exactly); rc 1: the file is not there.
+for file in /etc/ufw/after.rules /etc/ufw/after6.rules /etc/default/ufw \
+        /etc/systemd/system/docker.service.d/sparkfleet-firewall.conf; do
     if [ -f "$file" ]; then
         section "file $file" base64 -w 0 "$file"
     else

@@ -220,4 +220,3 @@ def test_link_doctor_without_ping_says_what_to_install(spark: Path, capsys, monk
     assert result["failed"] is True
     assert result["msg"].startswith("ping is not installed on spark-a")
     assert "install the iputils-ping package" in result["msg"]
-

@@ -81,4 +81,3 @@ def test_a_restart_during_the_wait_fails_it_without_a_baseline_from_the_caller()
         result = call_module(vllm_health, {**GOOD, "timeout": 30, "poll_interval": 0.01, "wait_seconds": 30})
     assert result["state"] == "failed", result
     assert result["reason"] == "container restarted (4 restarts) after exit code None"
-

@@ -15,12 +15,17 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_plan import BLOCK_NAME, input_errors, plan
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_plan import (
+    BLOCK_NAME,
+    DOCKER_ORDER_UNIT,
+    input_errors,
+    plan,
+)
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_state import DOCKER_ORDER_PATH, FILES
 
 SSHD = "port 22\nport 2222\nlistenaddress 0.0.0.0:22"
 ACTIVE = ("Status: active\nLogging: on (low)\nDefault: deny (incoming), allow (outgoing), disabled (routed)\n"
           "New profiles: skip")
-FILES = ("/etc/ufw/after.rules", "/etc/ufw/after6.rules", "/etc/default/ufw")
 RULES_FILE = "*filter\n:ufw-after-input - [0:0]\nCOMMIT\n"
 
 
@@ -178,7 +183,7 @@ def block(lines: list[str]) -> str:
 
 
 def converged(**changes: Any) -> dict[str, Any]:
-    """The probe of a box as the role leaves it with INPUT, with `changes` to its parts."""
+    """The probe of a box as the role leaves it with INPUT, with `changes` to its parts (`files`: to some files)."""
     wanted = make(**INPUT)
     parts = {
         "status": ACTIVE,
@@ -186,9 +191,10 @@ def converged(**changes: Any) -> dict[str, Any]:
                  + "\n".join(added_line(rule) for rule in wanted["rules"]),
         "files": {"/etc/ufw/after.rules": block(wanted["docker_user_v4"]),
                   "/etc/ufw/after6.rules": block(wanted["docker_user_v6"]),
-                  "/etc/default/ufw": "IPV6=no\nDEFAULT_INPUT_POLICY=\"DROP\"\nIPV6=yes\n"},
+                  "/etc/default/ufw": "IPV6=no\nDEFAULT_INPUT_POLICY=\"DROP\"\nIPV6=yes\n",
+                  DOCKER_ORDER_PATH: DOCKER_ORDER_UNIT},
     }
-    parts.update(changes)
+    parts.update({**changes, "files": {**parts["files"], **changes.get("files", {})}})
     return probe(**parts)
 
 
@@ -203,7 +209,7 @@ def test_a_box_without_ufw_gets_every_step_in_apply_order():
     assert result["ufw_installed"] is False
     rules = len(result["rules"])
     assert tasks(result) == ["ipv6", *["ssh_rule"] * 2, *["rule"] * (rules - 2), "default", "default",
-                             "block", "block", "enable"]
+                             "block", "block", "docker_order", "enable"]
     assert result["apply"][0] == {"task": "ipv6", "regexp": "^IPV6=", "line": "IPV6=yes"}
     assert [step["state"] for step in result["apply"] if step["task"] == "block"] == ["present", "present"]
 
@@ -341,3 +347,16 @@ def test_a_cluster_worker_opens_no_api_port_to_the_api_sources_nor_to_the_fleet(
     assert [c for c in comments(worker) if "8000/tcp" in c] == []
     # The rest stays: SSH, the fleet's other services, the cluster's own rule.
     assert [c for c in comments(head) if "8000/tcp" not in c] == comments(worker)
+
+
+@pytest.mark.parametrize("found", [None, "[Unit]\nAfter=network-online.target\n"])
+def test_docker_is_ordered_after_ufw_at_boot_by_a_drop_in(found: str | None):
+    """Without the drop-in docker.service and ufw.service start side by side at boot where no network manager pulls
+    in network.target: the plan writes it when it is missing or not the role's."""
+    files = {DOCKER_ORDER_PATH: found} if found is not None else {}
+    state = converged(files=files)
+    if found is None:
+        state[f"file {DOCKER_ORDER_PATH}"] = section("", 1)
+    (step,) = make(**INPUT, probe=state)["apply"]
+    assert step == {"task": "docker_order", "path": DOCKER_ORDER_PATH, "content": DOCKER_ORDER_UNIT}
+    assert "[Unit]\nAfter=ufw.service\n" in step["content"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.firewall_state import (
+    FILES,
     block_in_place,
     line_in_place,
     read_probe,
@@ -82,7 +83,7 @@ def probe_output(files: dict[str, str | None], ufw: bool) -> str:
     return "\n".join(lines)
 
 
-ALL_FILES = {"/etc/ufw/after.rules": None, "/etc/ufw/after6.rules": None, "/etc/default/ufw": None}
+ALL_FILES = dict.fromkeys(FILES)
 
 
 def test_files_come_back_byte_for_byte_and_absent_ones_empty():

@@ -333,4 +333,3 @@ def test_a_container_the_watchdog_stopped_says_so_alone_and_in_its_cluster():
     assert status_units(rows, GROUPS)[0]["health"] == (
         "down (head exited, worker stopped by the watchdog at 2026-12-01T20:31:07.412Z, 99.0 % used, "
         "threshold 98.0 %)")
-
