@@ -7,6 +7,7 @@ parser over every case and recorded the outcome in vllm-standin/vllm_serve.json.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import importlib.machinery
 import importlib.util
 import inspect
@@ -393,6 +394,20 @@ def test_health_and_metrics_need_no_key(server: Server):
     for name in ("vllm:num_requests_running", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
                  "vllm:time_to_first_token_seconds_bucket"):
         assert name in text
+
+
+def test_refused_request_leaves_the_connection_usable(server: Server):
+    """A proxy (vllm-router) keeps connections open: a refused POST's body must not be read
+    as the next request on the same connection, as uvicorn does not."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    body = json.dumps({"model": SERVED, "prompt": "hi", "max_tokens": 2})
+    for key, expected in (("wrong", 401), (KEY, 200)):
+        conn.request("POST", "/v1/completions", body, {"content-type": "application/json",
+                                                        "authorization": f"Bearer {key}"})
+        response = conn.getresponse()
+        response.read()
+        assert response.status == expected
+    conn.close()
 
 
 def test_v1_needs_the_key(server: Server):
