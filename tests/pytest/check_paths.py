@@ -65,7 +65,8 @@ def _follow(role: str, name: str, found: set[TaskFile]) -> None:
                 for path in sorted(tasks_dir.glob(re.sub(r"{{.*?}}", "*", target))):
                     _follow(role, path.name, found)
         for key in INCLUDE_ROLE:
-            if key in task:
+            # A role the caller names (vllm_before_restart) is the caller's, not this role's path.
+            if key in task and "{{" not in task[key]["name"]:
                 _follow(role_name(task[key]["name"]), f"{task[key].get('tasks_from', 'main')}.yml", found)
 
 

@@ -402,8 +402,8 @@ def test_refused_request_leaves_the_connection_usable(server: Server):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     body = json.dumps({"model": SERVED, "prompt": "hi", "max_tokens": 2})
     for key, expected in (("wrong", 401), (KEY, 200)):
-        conn.request("POST", "/v1/completions", body, {"content-type": "application/json",
-                                                        "authorization": f"Bearer {key}"})
+        headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
+        conn.request("POST", "/v1/completions", body, headers)
         response = conn.getresponse()
         response.read()
         assert response.status == expected

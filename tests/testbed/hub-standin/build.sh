@@ -32,7 +32,7 @@ wheels() {
         platforms+=(--platform "${tag}_${arch}")
     done
     python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
-        --abi cp311 "${platforms[@]}" -d "$cache" -r "$here/wheels.txt" >&2
+        --abi cp311 --abi abi3 "${platforms[@]}" -d "$cache" -r "$here/wheels.txt" >&2
     touch "$cache/.complete"
 }
 

@@ -1,0 +1,119 @@
+# Copyright (c) sparkfleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The gateway's routes: which boxes serve which model, and where the gateway answers for it.
+
+One vllm-router per served model. vllm-router 0.1.17 routes by model only in its IGW mode,
+which learns a worker's model from the worker's /v1/models without the API key: every box
+answers 401 there, the model is recorded as "unknown" and requests are spread over all
+boxes whatever model they name (measured here with two keyed boxes serving two models).
+A router per model routes right whatever the boxes' keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# RFC 6750's b64token: what an `Authorization: Bearer` value may hold. The keys are written
+# into nginx's configuration, so anything else (quotes, `$`, spaces) is refused, not escaped.
+TOKEN = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")
+
+
+def slug(model: str) -> str:
+    """A served model name as a systemd instance and file name: Qwen/Qwen3.5-35B -> qwen-qwen3-5-35b."""
+    return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "model"
+
+
+def backend(host: str, hostvars: Mapping[str, Any], addresses: Mapping[str, str]) -> dict[str, Any] | None:
+    """The box as a backend ({host, model, url, key}), or None when it serves no API (a cluster's worker)."""
+    facts = hostvars[host]
+    deployment = facts.get("vllm_deployment")
+    if not isinstance(deployment, Mapping) or not deployment.get("served_model_name"):
+        raise ValueError(
+            f"{host} has no published vllm_deployment (the vllm role's result): run the vllm role's facts entry "
+            "point on the serving boxes first, as playbooks/gateway.yml does.")
+    if (deployment.get("cluster") or {}).get("role") == "worker":
+        return None
+    address = addresses.get(host) or facts.get("ansible_host") or host
+    host_part = f"[{address}]" if ":" in str(address) else str(address)
+    return {"host": host, "model": str(deployment["served_model_name"]),
+            "url": f"http://{host_part}:{deployment['port']}", "key": str(facts.get("vllm_api_key") or "")}
+
+
+def key_errors(model: str, members: list[dict[str, Any]]) -> list[str]:
+    keys = {m["key"] for m in members}
+    errors: list[str] = []
+    if len(keys) > 1:
+        errors.append(
+            f"The boxes serving {model} ({', '.join(m['host'] for m in members)}) have different vllm_api_key "
+            "values: the gateway sends one key to every box of a model. Give them the same key.")
+    elif keys and not TOKEN.match(next(iter(keys))):
+        errors.append(
+            f"The vllm_api_key of the boxes serving {model} is empty or holds characters a Bearer token may not "
+            "(RFC 6750: letters, digits and -._~+/, then =): the gateway must send a key the boxes check. "
+            "Set one (from Ansible Vault) made of those characters.")
+    return errors
+
+
+def input_errors(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[str, Any]) -> list[str]:
+    """The settings' mistakes that need no box: the check play refuses them before anything changes."""
+    errors: list[str] = []
+    key = str(settings.get("api_key") or "")
+    if not TOKEN.match(key):
+        errors.append(
+            "gateway_api_key is empty or holds characters a Bearer token may not (RFC 6750: letters, digits and "
+            "-._~+/, then =): clients must present it. Set one (from Ansible Vault) made of those characters.")
+    same = [h for h in hosts if h in hostvars and str(hostvars[h].get("vllm_api_key") or "") == key]
+    if key and same:
+        errors.append(
+            f"gateway_api_key is the boxes' own vllm_api_key ({', '.join(same)}): clients would hold the key that "
+            "opens every box directly. Give the gateway a key of its own.")
+    if bool(settings.get("tls_certificate")) != bool(settings.get("tls_key")):
+        errors.append(
+            "gateway_tls_certificate and gateway_tls_key go together: set both (TLS) or neither (plain HTTP).")
+    return errors
+
+
+def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """hosts (the serving boxes), hostvars and the gateway's settings -> {"routes": [...], "errors": [...]}.
+
+    settings: port (the first model's public port), router_port and metrics_port (the first
+    router's; the next models' follow), model_ports ({model: public port}, required when more
+    than one model is served: a port must not move when a model is added), addresses ({host:
+    address}), api_key (the gateway's own), tls_certificate and tls_key."""
+    errors = input_errors(hosts, hostvars, settings)
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for host in hosts:
+        if host not in hostvars:
+            errors.append(f"gateway_serving_hosts names {host!r}, which is not a host of the inventory.")
+            continue
+        try:
+            found = backend(host, hostvars, settings.get("addresses") or {})
+        except ValueError as exc:
+            errors.append(str(exc))
+            continue
+        if found:
+            by_model.setdefault(found["model"], []).append(found)
+    if not by_model and not errors:
+        errors.append("No box serves an API: gateway_serving_hosts is empty or holds only clusters' workers.")
+    model_ports = dict(settings.get("model_ports") or {})
+    if len(by_model) > 1 and set(model_ports) != set(by_model):
+        suggested = {m: int(settings["port"]) + i for i, m in enumerate(sorted(by_model))}
+        errors.append(
+            f"The boxes serve {len(by_model)} models ({', '.join(sorted(by_model))}) and gateway_model_ports names "
+            f"{sorted(model_ports) or 'none'}: give each model its public port, e.g. gateway_model_ports: {suggested}.")
+    result = []
+    for index, model in enumerate(sorted(by_model)):
+        members = by_model[model]
+        errors += key_errors(model, members)
+        result.append({
+            "model": model, "slug": slug(model),
+            "port": int(model_ports.get(model, settings["port"])),
+            "router_port": int(settings["router_port"]) + index,
+            "metrics_port": int(settings["metrics_port"]) + index,
+            "backends": [{"host": m["host"], "url": m["url"]} for m in members],
+            "api_key": members[0]["key"],
+        })
+    return {"routes": result, "errors": errors}
