@@ -82,6 +82,11 @@ def test_the_recording_rules_are_evaluated_per_box():
     assert all(0 <= ratio <= 1 for ratio in query("box:vllm_kv_cache_usage:ratio").values())
 
 
+def test_the_console_shows_every_box():
+    page = box(MONITOR).check_output(f"curl -fsS --max-time 10 {PROMETHEUS}/consoles/sparkfleet.html")
+    assert all(f"<tr><td>{name}</td>\n<td>up</td>" in page for name in BOXES), page
+
+
 def firing(alert: str) -> list[dict]:
     return [a for a in api("/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == alert and a["state"] == "firing"]
 
