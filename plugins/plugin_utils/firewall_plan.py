@@ -185,41 +185,55 @@ def ssh_plan(data: dict[str, Any], errors: list[str], box: bool = True) -> tuple
     return ports, sources
 
 
-def fleet_addresses(data: dict[str, Any], errors: list[str]) -> list[Network]:
-    """Addresses of the other fleet hosts, from their network facts (ansible_host when those show
-    none). A host the inventory does not know, or whose facts this run could not read, is refused:
-    leaving it out would delete its rules on this box."""
+def host_addresses(data: dict[str, Any], kind: str, errors: list[str]) -> list[Network]:
+    """Addresses of the other hosts of firewall_<kind>_hosts (fleet, monitoring, gateway), from their
+    network facts (ansible_host when those show none); `fleet` in data holds the facts of them all. A host the
+    inventory does not know, or whose facts this run could not read, is refused: leaving it out would delete its
+    rules on this box. Without `fleet_hosts` in data, every host with facts is of the fleet."""
+    facts_by_host = data.get("fleet") or {}
+    hosts = data.get(f"{kind}_hosts")
+    if hosts is None:
+        hosts = list(facts_by_host) if kind == "fleet" else []
+    variable = f"firewall_{kind}_hosts"
     found: set[Network] = set()
-    for host, facts in sorted((data.get("fleet") or {}).items()):
+    for host in sorted(set(hosts)):
+        facts = facts_by_host.get(host, {"known": False})
         if host == data.get("self"):
             continue
         if facts.get("known") is False:
-            errors.append(f"firewall_fleet_hosts names {host!r}, which is not a host of the inventory.")
+            errors.append(f"{variable} names {host!r}, which is not a host of the inventory.")
             continue
         if facts.get("interfaces") is None:
             errors.append(
-                f"The fleet host {host}'s addresses are unknown: this run has no facts for it and reading them "
+                f"The {kind} host {host}'s addresses are unknown: this run has no facts for it and reading them "
                 f"failed ({str(facts.get('reason') or 'no reason given').strip()}). No rule was changed (its rules "
                 f"would otherwise be removed from this box). Make {host} reachable (`ansible {host} -m ping`), or "
-                "leave it out of firewall_fleet_hosts."
+                f"leave it out of {variable}."
             )
             continue
-        addresses: list[str] = []
-        for device in facts.get("interfaces") or []:
-            if LOCAL_ONLY_DEVICES.match(device.get("device", "")):
-                continue
-            addresses += device.get("addresses") or []
-        if not addresses and facts.get("ansible_host"):
-            addresses = [facts["ansible_host"]]
-        for text in addresses:
-            try:
-                address = ipaddress.ip_address(str(text).split("%", maxsplit=1)[0])
-            except ValueError:
-                continue  # a DNS name in ansible_host: only facts give its addresses
-            if address.is_loopback or address.is_link_local:
-                continue
-            found.add(ipaddress.ip_network(address))
+        found |= set(facts_addresses(facts))
     return sorted(found, key=lambda n: (n.version, n))
+
+
+def facts_addresses(facts: dict[str, Any]) -> list[Network]:
+    """One host's addresses from its network facts, without Docker's bridges, loopback and link-local ones."""
+    addresses: list[str] = []
+    for device in facts.get("interfaces") or []:
+        if LOCAL_ONLY_DEVICES.match(device.get("device", "")):
+            continue
+        addresses += device.get("addresses") or []
+    if not addresses and facts.get("ansible_host"):
+        addresses = [facts["ansible_host"]]
+    found = []
+    for text in addresses:
+        try:
+            address = ipaddress.ip_address(str(text).split("%", maxsplit=1)[0])
+        except ValueError:
+            continue  # a DNS name in ansible_host: only facts give its addresses
+        if address.is_loopback or address.is_link_local:
+            continue
+        found.append(ipaddress.ip_network(address))
+    return found
 
 
 def docker_user_lines(sources: list[Network], version: int) -> list[str]:
@@ -273,7 +287,7 @@ def steps(data: dict[str, Any], state: dict[str, Any], rules: list[dict[str, str
 
 
 def parse_inputs(data: dict[str, Any], errors: list[str]) -> tuple[Any, ...]:
-    """The API port and sources, the fleet's ports and the extra rules, each checked."""
+    """The API port and sources, the fleet's ports, the monitoring hosts' ports and the extra rules, each checked."""
     api_port = parse_port(data.get("api_port"), "firewall_api_port", errors)
     api_sources = networks(data.get("api_sources"), "firewall_api_sources", errors)
     fleet_ports = [(parse_ports(p.get("port"), "firewall_fleet_ports", errors), p.get("proto", "tcp"))
@@ -293,7 +307,8 @@ def parse_inputs(data: dict[str, Any], errors: list[str]) -> tuple[Any, ...]:
         origin = item.get("from", "any")
         source = None if str(origin) == "any" else parse_network(origin, f"{what}.from", errors)
         extra.append((action, port, proto, source))
-    return api_port, api_sources, fleet_ports, extra
+    monitoring_ports = [parse_ports(p, "firewall_monitoring_ports", errors) for p in data.get("monitoring_ports") or []]
+    return api_port, api_sources, fleet_ports, monitoring_ports, extra
 
 
 def input_errors(data: dict[str, Any]) -> list[str]:
@@ -309,6 +324,22 @@ def input_errors(data: dict[str, Any]) -> list[str]:
     return errors
 
 
+def extra_sources_rules(rules: list[dict[str, str]],
+                        groups: list[tuple[str, list[Network], list[tuple[str, str]]]]) -> list[dict[str, str]]:
+    """Allow rules for each (purpose, sources, services) that the rules before do not already make: a monitoring
+    host in the fleet, say, already reaches the API port (ufw would skip a second rule that differs only by its
+    comment, and the role would add it again on every run)."""
+    covered = {(r["port"], r["proto"], r["from"]) for r in rules}
+    added = []
+    for purpose, sources, services in groups:
+        for source in sources:
+            for port, proto in services:
+                if (port, proto, str(source)) not in covered:
+                    covered.add((port, proto, str(source)))
+                    added.append(rule("allow", port, proto, source, purpose))
+    return added
+
+
 def ssh_comments(rules: list[dict[str, str]]) -> list[str]:
     return [r["comment"] for r in rules if r["comment"].startswith(f"{MARKER}: ssh ")]
 
@@ -318,8 +349,8 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     state = read_probe(data.get("probe") or {}, errors)
     data = {**data, **{key: state[key] for key in ("ssh_connection", "sshd_output", "sshd_error")}}
     ssh_ports, ssh_sources = ssh_plan(data, errors)
-    api_port, api_sources, fleet_ports, extra = parse_inputs(data, errors)
-    fleet = fleet_addresses(data, errors)
+    api_port, api_sources, fleet_ports, monitoring_ports, extra = parse_inputs(data, errors)
+    fleet, monitoring, gateway = (host_addresses(data, kind, errors) for kind in ("fleet", "monitoring", "gateway"))
     cluster = cluster_rules(data, errors)
     if errors:
         return {"errors": errors}
@@ -333,16 +364,25 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     rules += [rule("allow", str(api_port), "tcp", s, "api") for s in api_sources]
     fleet_services = api_services + [(str(p), "tcp") for p in ssh_ports if ssh_sources] + fleet_ports
     rules += [rule("allow", p, proto, s, "fleet") for s in fleet for p, proto in fleet_services]
+    # Prometheus (the monitoring hosts) scrapes vLLM's /metrics on the API port and node_exporter on
+    # firewall_monitoring_ports; the gateway's router sends requests to the API port. Not to anyone else.
+    monitoring_services = api_services + [(p, "tcp") for p in monitoring_ports]
+    rules += extra_sources_rules(rules, [("monitoring", monitoring, monitoring_services),
+                                         ("gateway", gateway, api_services)])
     rules += [rule(action, port, proto, source, "extra") for action, port, proto, source in extra]
     rules += cluster
     unique = list({r["comment"]: r for r in rules}.values())
-    blocks = {"/etc/ufw/after.rules": docker_user_lines(api_sources + fleet, 4),
-              "/etc/ufw/after6.rules": docker_user_lines(api_sources + fleet, 6)}
+    # Ports published through Docker's bridge: the API's sources, the fleet, and the hosts that reach the API.
+    allowed = list(dict.fromkeys(api_sources + fleet + (monitoring + gateway if api_services else [])))
+    blocks = {"/etc/ufw/after.rules": docker_user_lines(allowed, 4),
+              "/etc/ufw/after6.rules": docker_user_lines(allowed, 6)}
     return {
         "ssh_ports": ssh_ports,
         "rules": unique,
         "ssh_comments": ssh_comments(unique),
         "fleet": [str(n) for n in fleet],
+        "monitoring": [str(n) for n in monitoring],
+        "gateway": [str(n) for n in gateway],
         "docker_user_v4": blocks["/etc/ufw/after.rules"],
         "docker_user_v6": blocks["/etc/ufw/after6.rules"],
         "ufw_installed": state["ufw_installed"],

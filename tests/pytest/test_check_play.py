@@ -37,6 +37,8 @@ NEEDS_THE_BOX = {
     "docker_daemon_config_path": "the daemon.json on the box must be valid JSON: the probe reads it",
     "firewall_sshd_binary": "the SSH port comes from `sshd -T` on the box (tasks/plan.yml)",
     "firewall_fleet_hosts": "the fleet's addresses come from each host's facts (tasks/plan.yml)",
+    "firewall_monitoring_hosts": "the monitoring hosts' addresses come from each host's facts (tasks/plan.yml)",
+    "firewall_gateway_hosts": "the gateway hosts' addresses come from each host's facts (tasks/plan.yml)",
     "link_apply_command": "whether the addresses and the MTU are in force once it has run (tasks/present.yml)",
     "vllm_flush_page_cache_required": "whether the box can flush its page cache, asked when it must",
     "vllm_image": "whether the image is in the box's Docker engine after the docker role ran",
@@ -107,4 +109,5 @@ def test_firewall_settings_are_the_plan_inputs_that_are_variables() -> None:
     settings, plan_input = variables["__firewall_settings"], variables["__firewall_input"]
     assert {key: value for key, value in plan_input.items() if key in settings} == settings
     from_variables = {key for key, value in plan_input.items() if "{{ firewall_" in yaml.safe_dump(value)}
-    assert from_variables - set(settings) == {"sshd_binary"}
+    # The hosts whose addresses the rules name: their facts are the plan's to read (NEEDS_THE_BOX).
+    assert from_variables - set(settings) == {"sshd_binary", "fleet_hosts", "monitoring_hosts", "gateway_hosts"}

@@ -442,6 +442,15 @@ class DockerAPI:
 
 IDLE, ARMED, STOPPING, COOLDOWN = "idle", "armed", "stopping", "cooldown"
 STATES = (IDLE, ARMED, STOPPING, COOLDOWN)
+METRIC_PREFIX = "sparkfleet_watchdog_"
+
+
+def _family(name: str, kind: str, text: str, samples: list[tuple[str, Any]]) -> list[str]:
+    """One metric family in the Prometheus text format: HELP, TYPE, then a line per (labels, value)."""
+    metric = METRIC_PREFIX + name
+    lines = [f"# HELP {metric} {text}", f"# TYPE {metric} {kind}"]
+    lines += [f"{metric}{{{labels}}} {value}" if labels else f"{metric} {value}" for labels, value in samples]
+    return lines
 
 
 @dataclass
@@ -464,6 +473,10 @@ class Watched:
     not_before: float = 0.0
     actions: dict[str, int] = field(default_factory=lambda: {"stop": 0, "kill": 0})
     stop_recorded_at: float | None = None  # epoch of the stop in force on record (state_dir), if any
+    # Epoch of the stop in force (sent by this run, or on record from an earlier one) and of the last stop sent:
+    # the textfile's stop_in_force and last_stop_timestamp_seconds, with or without a state_dir.
+    stopped_since: float | None = None
+    last_stop_at: float | None = None
 
 
 class Watchdog:
@@ -475,7 +488,7 @@ class Watchdog:
         self.out = out or sys.stdout
         self.watched = [Watched(c) for c in config.containers]
         for w in self.watched:
-            w.stop_recorded_at = self._read_stop_record(w)
+            w.stop_recorded_at = w.stopped_since = w.last_stop_at = self._read_stop_record(w)
         self.sample: MemSample | None = None
         self.rate_pct_s = 0.0  # measured rate of change of used%, percentage points per second
         self.rate_from: tuple[float, float] | None = None  # (monotonic time, used%) of the last sample
@@ -484,6 +497,7 @@ class Watchdog:
         self.blind_reminded = 0.0
         self.docker_errors = 0
         self.textfile_due = 0.0
+        self.textfile_failing = False
         self.dirty = True
         self.journal = "JOURNAL_STREAM" in os.environ
 
@@ -545,6 +559,9 @@ class Watchdog:
         running = bool(found and found.running)
         if running:
             self._clear_stop_record(w, found.started_at)
+            if w.stopped_since is not None and found.started_at is not None and found.started_at > w.stopped_since:
+                w.stopped_since = None
+                self.dirty = True
         if w.state in (STOPPING, COOLDOWN):
             return True
         if not running:
@@ -697,6 +714,7 @@ class Watchdog:
                  rate_pct_per_s=round(self.rate_pct_s, 2), stop_timeout_s=self.cfg.stop_timeout_s,
                  result="requested", took_ms=took_ms)
         w.state = STOPPING
+        w.stopped_since = w.last_stop_at = self.clock.time()
         self._write_stop_record(w, phase, limit, trigger)
 
     # -- the stop in force, on record
@@ -843,56 +861,60 @@ class Watchdog:
     # -- metrics
 
     def write_textfile(self, now: float) -> None:
-        """Prometheus textfile (node_exporter's collector), atomically replaced."""
-        if not self.cfg.textfile or (not self.dirty and now < self.textfile_due):
+        """Prometheus textfile (node_exporter's collector), replaced atomically (a temporary file in the same
+        directory, renamed): on every change, else every textfile_interval_s. A directory that cannot be written
+        (node_exporter not installed yet) is said once in the journal and tried again every textfile_interval_s."""
+        if not self.cfg.textfile or (now < self.textfile_due and (self.textfile_failing or not self.dirty)):
             return
         self.dirty, self.textfile_due = False, now + self.cfg.textfile_interval_s
-        lines = [
-            "# HELP sparkfleet_watchdog_up 1 while the memory watchdog runs.",
-            "# TYPE sparkfleet_watchdog_up gauge",
-            "sparkfleet_watchdog_up 1",
-            "# HELP sparkfleet_watchdog_dry_run 1 if the watchdog only logs what it would do.",
-            "# TYPE sparkfleet_watchdog_dry_run gauge",
-            f"sparkfleet_watchdog_dry_run {int(self.cfg.dry_run)}",
-            "# HELP sparkfleet_watchdog_docker_errors_total Failed Docker API calls.",
-            "# TYPE sparkfleet_watchdog_docker_errors_total counter",
-            f"sparkfleet_watchdog_docker_errors_total {self.docker_errors}",
-            "# HELP sparkfleet_watchdog_meminfo_readable 0 while meminfo cannot be read: the watchdog stops nothing.",
-            "# TYPE sparkfleet_watchdog_meminfo_readable gauge",
-            f"sparkfleet_watchdog_meminfo_readable {int(self.blind_since is None)}",
-        ]
-        if self.sample is not None:
-            lines += [
-                "# HELP sparkfleet_watchdog_memory_used_percent (MemTotal - MemAvailable) / MemTotal.",
-                "# TYPE sparkfleet_watchdog_memory_used_percent gauge",
-                f"sparkfleet_watchdog_memory_used_percent {self.sample.used_pct:.3f}",
-            ]
-        lines += [
-            "# HELP sparkfleet_watchdog_threshold_percent Threshold in force for the container.",
-            "# TYPE sparkfleet_watchdog_threshold_percent gauge",
-        ]
-        lines += [f'sparkfleet_watchdog_threshold_percent{{container="{w.cfg.name}"}} {self.threshold(w)[1]:g}'
-                  for w in self.watched]
-        lines += [
-            "# HELP sparkfleet_watchdog_state Watch state of the container (1 for the current one).",
-            "# TYPE sparkfleet_watchdog_state gauge",
-        ]
-        lines += [f'sparkfleet_watchdog_state{{container="{w.cfg.name}",state="{s}"}} {int(w.state == s)}'
-                  for w in self.watched for s in STATES]
-        lines += [
-            "# HELP sparkfleet_watchdog_actions_total Stops and kills the watchdog did.",
-            "# TYPE sparkfleet_watchdog_actions_total counter",
-        ]
-        lines += [f'sparkfleet_watchdog_actions_total{{container="{w.cfg.name}",action="{a}"}} {n}'
-                  for w in self.watched for a, n in w.actions.items()]
         tmp = f"{self.cfg.textfile}.{os.getpid()}.tmp"
         try:
             with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write("\n".join(lines) + "\n")
+                handle.write("\n".join(self.metrics()) + "\n")
             os.replace(tmp, self.cfg.textfile)
         except OSError as exc:
-            self.cfg = dataclasses.replace(self.cfg, textfile="")
-            self.log("textfile_error", level=3, error=str(exc), action="textfile disabled")
+            if not self.textfile_failing:
+                self.textfile_failing = True
+                self.log("textfile_error", level=3, error=str(exc),
+                         action=f"metrics not written; retrying every {self.cfg.textfile_interval_s:g} s")
+            return
+        if self.textfile_failing:
+            self.textfile_failing = False
+            self.log("textfile_ok", path=self.cfg.textfile)
+
+    def metrics(self) -> list[str]:
+        """The textfile's lines: the watchdog's health, memory, each container's thresholds, state and stops."""
+        lines = _family("up", "gauge", "1 while the memory watchdog runs.", [("", 1)])
+        lines += _family("dry_run", "gauge", "1 if the watchdog only logs what it would do.",
+                         [("", int(self.cfg.dry_run))])
+        lines += _family("docker_errors_total", "counter", "Failed Docker API calls.", [("", self.docker_errors)])
+        lines += _family("meminfo_readable", "gauge", "0 while meminfo cannot be read: the watchdog stops nothing.",
+                         [("", int(self.blind_since is None))])
+        if self.sample is not None:
+            lines += _family("memory_used_percent", "gauge", "(MemTotal - MemAvailable) / MemTotal.",
+                             [("", f"{self.sample.used_pct:.3f}")])
+        per = [(w, f'container="{w.cfg.name}"') for w in self.watched]
+        lines += _family("threshold_percent", "gauge", "Threshold in force for the container (its phase's).",
+                         [(c, f"{self.threshold(w)[1]:g}") for w, c in per])
+        for key, name, text in (
+            ("steady_threshold", "steady_threshold_percent", "Threshold after the grace period."),
+            ("startup_threshold", "startup_threshold_percent", "Threshold during the grace period after a start."),
+            ("ceiling", "ceiling_percent", "Hard ceiling: acted on at once, in any phase."),
+            ("grace_s", "grace_seconds", "Grace period after the container starts."),
+        ):
+            lines += _family(name, "gauge", text, [(c, f"{getattr(w.cfg, key):g}") for w, c in per])
+        lines += _family("phase_startup", "gauge", "1 while the container is in its grace period.",
+                         [(c, int(self.threshold(w)[0] == "startup")) for w, c in per])
+        lines += _family("state", "gauge", "Watch state of the container (1 for the current one).",
+                         [(f'{c},state="{s}"', int(w.state == s)) for w, c in per for s in STATES])
+        lines += _family("actions_total", "counter", "Stops and kills the watchdog did (since it started).",
+                         [(f'{c},action="{a}"', n) for w, c in per for a, n in w.actions.items()])
+        lines += _family("stop_in_force", "gauge",
+                         "1 while a stop by the watchdog is in force (the container has not run again since).",
+                         [(c, int(w.stopped_since is not None)) for w, c in per])
+        lines += _family("last_stop_timestamp_seconds", "gauge", "When the watchdog last stopped the container.",
+                         [(c, f"{w.last_stop_at:.3f}") for w, c in per if w.last_stop_at is not None])
+        return lines
 
     def run(self) -> None:
         while True:

@@ -236,12 +236,17 @@ def test_a_stop_is_recorded_with_why_until_the_container_runs_again(harness, tmp
     assert len(h.events("stop_cleared")) == 1
 
 
-def test_a_stop_on_record_survives_a_restart_of_the_watchdog(harness, tmp_path):
-    state = tmp_path / "state"
+def stop_on_record(harness, state) -> float:
+    """A first watchdog stops vllm and records it in state; returns the stop's epoch on record."""
     first = harness(state_dir=str(state))
     first.started(ago_s=3600)
     first.run_for(1, used_pct=95)
-    recorded = json.loads((state / "stopped" / "vllm.json").read_text())["stopped_at_epoch"]
+    return json.loads((state / "stopped" / "vllm.json").read_text())["stopped_at_epoch"]
+
+
+def test_a_stop_on_record_survives_a_restart_of_the_watchdog(harness, tmp_path):
+    state = tmp_path / "state"
+    recorded = stop_on_record(harness, state)
     # A new watchdog (after a reboot) finds the container stopped: the record stays; a container still running
     # from before the stop (started earlier) does not clear it either.
     second = harness(state_dir=str(state))
@@ -478,6 +483,77 @@ def test_prometheus_textfile(harness, tmp_path):
     assert 'sparkfleet_watchdog_state{container="vllm",state="cooldown"} 1' in text
     assert 'sparkfleet_watchdog_threshold_percent{container="vllm"} 90' in text
     assert "sparkfleet_watchdog_memory_used_percent 95.000" in text
+
+
+def parse_textfile(path) -> dict[str, float]:
+    """The samples of a Prometheus text file, by name and labels; every family declared once, before its samples."""
+    samples: dict[str, float] = {}
+    declared: list[str] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("# TYPE "):
+            name = line.split()[2]
+            assert name not in declared, f"{name} declared twice"
+            declared.append(name)
+        elif not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            assert key.split("{")[0] == declared[-1], f"{key} outside its family"
+            samples[key] = float(value)
+    return samples
+
+
+def test_textfile_shows_thresholds_and_the_stop_in_force_until_the_container_runs_again(harness, tmp_path):
+    path = tmp_path / "wd.prom"
+    h = harness(textfile=str(path), cooldown_s=5, containers=[{"name": "vllm", "startup_threshold": 95}])
+    box = h.started(ago_s=10)
+    h.run_for(2, used_pct=60)
+    m = parse_textfile(path)
+    v = '{container="vllm"}'
+    assert (m[f"sparkfleet_watchdog_threshold_percent{v}"], m[f"sparkfleet_watchdog_phase_startup{v}"]) == (95, 1)
+    assert m[f"sparkfleet_watchdog_steady_threshold_percent{v}"] == 90
+    assert m[f"sparkfleet_watchdog_startup_threshold_percent{v}"] == 95
+    assert m[f"sparkfleet_watchdog_ceiling_percent{v}"] == 98
+    assert m[f"sparkfleet_watchdog_grace_seconds{v}"] == 300
+    assert m[f"sparkfleet_watchdog_stop_in_force{v}"] == 0
+    assert f"sparkfleet_watchdog_last_stop_timestamp_seconds{v}" not in m, "a stop that never happened"
+    h.run_for(1, used_pct=99)  # the hard ceiling, in the grace period
+    stopped_at = h.clock.time()
+    h.run_for(10, used_pct=40)
+    m = parse_textfile(path)
+    assert m[f"sparkfleet_watchdog_stop_in_force{v}"] == 1
+    assert m['sparkfleet_watchdog_actions_total{container="vllm",action="stop"}'] == 1
+    assert stopped_at - 2 <= m[f"sparkfleet_watchdog_last_stop_timestamp_seconds{v}"] <= stopped_at
+    box.running, box.started_at = True, h.clock.time()  # started again
+    h.run_for(3, used_pct=40)
+    m = parse_textfile(path)
+    assert m[f"sparkfleet_watchdog_stop_in_force{v}"] == 0
+    assert m[f"sparkfleet_watchdog_last_stop_timestamp_seconds{v}"] <= stopped_at
+    assert list(tmp_path.glob("*.tmp")) == [], "a temporary file was left beside the textfile"
+
+
+def test_textfile_stop_in_force_comes_from_the_record_after_a_restart_of_the_watchdog(harness, tmp_path):
+    state = tmp_path / "state"
+    recorded = stop_on_record(harness, state)
+    second = harness(state_dir=str(state), textfile=str(tmp_path / "wd.prom"))
+    second.docker.run("vllm", recorded - 10, running=False)
+    second.run_for(3, used_pct=40)
+    m = parse_textfile(tmp_path / "wd.prom")
+    assert m['sparkfleet_watchdog_stop_in_force{container="vllm"}'] == 1
+    assert m['sparkfleet_watchdog_last_stop_timestamp_seconds{container="vllm"}'] == pytest.approx(recorded, abs=0.001)
+    assert m['sparkfleet_watchdog_actions_total{container="vllm",action="stop"}'] == 0
+
+
+def test_textfile_directory_missing_is_said_once_and_written_once_it_exists(harness, tmp_path):
+    folder = tmp_path / "node-exporter"
+    h = harness(textfile=str(folder / "wd.prom"), textfile_interval_s=15)
+    h.started(ago_s=3600)
+    h.run_for(40, used_pct=60)
+    assert len(h.events("textfile_error")) == 1
+    assert "retrying every 15 s" in h.events("textfile_error")[0]["action"]
+    folder.mkdir()  # node_exporter installed later
+    h.run_for(16, used_pct=60)
+    assert parse_textfile(folder / "wd.prom")["sparkfleet_watchdog_up"] == 1
+    assert len(h.events("textfile_ok")) == 1
+    assert len(h.events("textfile_error")) == 1
 
 
 def test_one_log_line_per_state_change_not_per_sample(harness):

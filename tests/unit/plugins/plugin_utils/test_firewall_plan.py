@@ -273,7 +273,8 @@ def test_an_inactive_ufw_with_other_policies_gets_the_policies_and_enable_only()
 # --- the check play's input check (the role's tasks/check.yml): the variables alone ---------
 
 FIREWALL_SETTINGS = {"ssh_port": 0, "ssh_sources": [], "ssh_limit": False, "controller_address": "",
-                     "api_port": 8000, "api_sources": [], "fleet_ports": [], "extra_rules": []}
+                     "api_port": 8000, "api_sources": [], "fleet_ports": [], "monitoring_ports": [9100],
+                     "extra_rules": []}
 
 
 @pytest.mark.parametrize(
@@ -287,6 +288,7 @@ FIREWALL_SETTINGS = {"ssh_port": 0, "ssh_sources": [], "ssh_limit": False, "cont
         ({"extra_rules": [{"port": "80:70"}]}, "range '80:70' must go from a lower to a higher port"),
         ({"extra_rules": [{"port": 80, "from": "lan"}]}, "firewall_extra_rules[0].from: 'lan' is not a network"),
         ({"ssh_sources": ["10.0.0.0/8"], "controller_address": "192.168.1.5"}, "does not include the controller's"),
+        ({"monitoring_ports": [9100, 70000]}, "firewall_monitoring_ports: '70000' is not a port number"),
     ],
 )
 def test_firewall_input_errors_refuse_what_the_plan_refuses(change: dict, expect: str) -> None:
@@ -360,3 +362,57 @@ def test_docker_is_ordered_after_ufw_at_boot_by_a_drop_in(found: str | None):
     (step,) = make(**INPUT, probe=state)["apply"]
     assert step == {"task": "docker_order", "path": DOCKER_ORDER_PATH, "content": DOCKER_ORDER_UNIT}
     assert "[Unit]\nAfter=ufw.service\n" in step["content"]
+
+
+# Prometheus (the monitoring hosts) and the gateway's router: from their addresses only.
+
+MONITOR = {"interfaces": [{"device": "eth0", "addresses": ["192.0.2.50"]}]}
+GATEWAY = {"interfaces": [{"device": "eth0", "addresses": ["192.0.2.60"]}]}
+AROUND = {"fleet": {"spark-02": PEER, "mon-1": MONITOR, "gw-1": GATEWAY}, "fleet_hosts": ["spark-01", "spark-02"],
+          "monitoring_hosts": ["mon-1"], "gateway_hosts": ["gw-1"], "monitoring_ports": [9100]}
+
+
+def test_monitoring_hosts_reach_the_api_and_node_exporter_the_gateway_the_api_only():
+    result = make(**AROUND)
+    assert (result["monitoring"], result["gateway"]) == (["192.0.2.50/32"], ["192.0.2.60/32"])
+    marked = "sparkfleet.serving.firewall: "
+    assert [c.removeprefix(marked) for c in comments(result) if "192.0.2.50" in c or "192.0.2.60" in c] == [
+        "monitoring allow 8000/tcp from 192.0.2.50/32",
+        "monitoring allow 9100/tcp from 192.0.2.50/32",
+        "gateway allow 8000/tcp from 192.0.2.60/32",
+    ]
+    # Nobody else reaches node_exporter: not the fleet, not the API's sources, not anyone.
+    assert [c for c in comments(make(**AROUND, api_sources=["10.1.0.0/16"])) if "9100" in c] == [
+        f"{marked}monitoring allow 9100/tcp from 192.0.2.50/32"]
+    assert "-A DOCKER-USER -s 192.0.2.60/32 -m conntrack --ctstate DNAT -j RETURN" in result["docker_user_v4"]
+    # Without monitoring or gateway hosts (the inputs' defaults when the groups are empty): neither rule.
+    alone = make(**{**AROUND, "monitoring_hosts": [], "gateway_hosts": []})
+    assert [c for c in comments(alone) if ": monitoring " in c or ": gateway " in c] == []
+    assert [c for c in comments(make(fleet={"spark-02": PEER})) if "9100" in c] == []
+
+
+def test_a_cluster_worker_lets_prometheus_reach_node_exporter_but_no_one_the_api():
+    worker = make(**AROUND, serves_api=False)
+    assert [c for c in comments(worker) if "192.0.2.50" in c or "192.0.2.60" in c] == [
+        "sparkfleet.serving.firewall: monitoring allow 9100/tcp from 192.0.2.50/32"]
+    assert not any("192.0.2.60" in line for line in worker["docker_user_v4"])
+
+
+def test_a_monitoring_host_in_the_fleet_gets_no_second_api_rule():
+    # ufw skips a rule that differs from one in place only by its comment: the role would add it on every run.
+    result = make(**{**AROUND, "monitoring_hosts": ["spark-02"]})
+    to_peer = [c for c in comments(result) if "192.0.2.12/32" in c and ("8000/tcp" in c or "9100/tcp" in c)]
+    assert to_peer == ["sparkfleet.serving.firewall: fleet allow 8000/tcp from 192.0.2.12/32",
+                       "sparkfleet.serving.firewall: monitoring allow 9100/tcp from 192.0.2.12/32"]
+    assert result["docker_user_v4"].count("-A DOCKER-USER -s 192.0.2.12/32 -m conntrack --ctstate DNAT -j RETURN") == 1
+
+
+@pytest.mark.parametrize(("kind", "host", "other"),
+                         [("monitoring", "mon-1", "gateway"), ("gateway", "gw-1", "monitoring")])
+def test_a_monitoring_or_gateway_host_unknown_or_unreachable_is_refused(kind: str, host: str, other: str):
+    unreachable = {**AROUND["fleet"], host: {"interfaces": None, "reason": "unreachable"}}
+    (error,) = make(**{**AROUND, "fleet": unreachable, f"{other}_hosts": []})["errors"]
+    assert error.startswith(f"The {kind} host {host}'s addresses are unknown: this run has no facts for it")
+    assert error.endswith(f"(`ansible {host} -m ping`), or leave it out of firewall_{kind}_hosts.")
+    (error,) = make(**{**AROUND, f"{kind}_hosts": ["nobody"]})["errors"]
+    assert error == f"firewall_{kind}_hosts names 'nobody', which is not a host of the inventory."
