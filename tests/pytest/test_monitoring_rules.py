@@ -8,12 +8,16 @@ default). promtool comes with the `prometheus` package (Debian, Ubuntu), as on t
 from __future__ import annotations
 
 import http.server
+import json
 import shutil
 import socket
+import struct
 import subprocess
 import threading
 import time
 import urllib.request
+import zlib
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -178,20 +182,162 @@ def console(url: str) -> str:
         return answer.read().decode()
 
 
-def test_the_console_shows_the_fleet_each_box_and_the_alerts(prometheus):
+def ready_console(url: str) -> str:
+    """The console's HTML once the alert fires and the fleet has a token rate (two scrapes), or after a minute."""
     deadline = time.monotonic() + 60
     page = ""
     while time.monotonic() < deadline:
         try:
-            page = console(prometheus)
+            page = console(url)
         except OSError:
             page = ""
         if "SparkfleetWatchdogStoppedContainer" in page and "<td>all boxes</td>\n<td>-" not in page:
             break
         time.sleep(0.5)
+    return page
+
+
+def test_the_console_shows_the_fleet_each_box_and_the_alerts(prometheus):
+    page = ready_console(prometheus)
     assert "<td>spark-1</td>" in page, page
     assert "SparkfleetWatchdogStoppedContainer" in page, "the firing alert is not listed"
     assert "(still stopped)" in page and "vllm stopped 2027-01-15" in page
     # Rates once two scrapes are in, the box's gauges, memory 64e9 bytes = 59.6 GiB.
     assert "<td>all boxes</td>\n<td>-" not in page, "no tokens/s after a minute"
     assert "<td>3.0</td>" in page and "<td>25.0</td>" in page and "<td>59.6</td>" in page
+
+
+# ------------------------------------------------------------------ the console, in a real headless browser
+
+# Debian's package (.ci/setup installs it). The console is server-side HTML and CSS only: no script
+# runs in it (no PromConsole.Graph), so the browser's part is to parse it, apply its styles, paint
+# it, and write nothing to its console.
+CHROMIUM = shutil.which("chromium")
+# Kept after the run; tests/output/ is neither tracked (.gitignore) nor shipped (galaxy.yml build_ignore).
+SCREENSHOT = ROOT / "tests" / "output" / "console" / "sparkfleet.png"
+WINDOW = (1280, 2000)
+BAD = bytes((0xFF, 0xDD, 0xDD))  # the console's `.bad` background, #fdd, once painted
+
+
+class Tables(HTMLParser):
+    """The text of every table cell in a document: tables, rows, cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self.cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self.cell is not None:
+            self.tables[-1][-1].append(" ".join("".join(self.cell).split()))
+            self.cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def rows_by_header(table: list[list[str]]) -> dict[str, dict[str, str]]:
+    """A table's data rows keyed by their first cell, each cell keyed by its column's header."""
+    header, *rows = table
+    return {row[0]: dict(zip(header, row, strict=False)) for row in rows}
+
+
+def browse(url: str, profile: Path, screenshot: Path) -> tuple[str, list[str]]:
+    """The DOM Chromium built from the page, its console messages, and a screenshot of the page."""
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    screenshot.unlink(missing_ok=True)
+    # --no-sandbox: Chromium's sandbox cannot start as root in a container. --virtual-time-budget: the
+    # page's own timers and fetches, if it ever has any, get 5 s (of virtual time) to run.
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+         f"--user-data-dir={profile}", "--enable-logging=stderr", "--virtual-time-budget=5000",
+         f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--screenshot={screenshot}", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+
+
+def png_rows(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and the RGB rows of an 8-bit RGB PNG (what Chromium writes), every chunk's CRC checked.
+
+    The PNG specification, https://www.w3.org/TR/png-3/: chunks (5.3), IHDR (11.2.1), filters (9.2).
+    """
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, header, compressed = 8, b"", b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        assert struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0] == zlib.crc32(kind + body), kind
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            compressed += body
+        pos += 12 + length
+    width, height, depth, colour_type, compression, filtering, interlace = struct.unpack(">IIBBBBB", header)
+    assert (depth, colour_type, compression, filtering, interlace) == (8, 2, 0, 0, 0), "expected 8-bit RGB"
+    raw, stride, previous, rows = zlib.decompress(compressed), width * 3, bytes(width * 3), []
+    for y in range(height):
+        line = raw[y * (stride + 1):(y + 1) * (stride + 1)]
+        previous = unfilter(line[0], bytearray(line[1:]), previous)
+        rows.append(previous)
+    return width, height, rows
+
+
+def unfilter(kind: int, line: bytearray, above: bytes) -> bytes:
+    """One scanline's bytes before the PNG filter `kind` (0 None, 1 Sub, 2 Up, 3 Average, 4 Paeth)."""
+    if kind == 2:
+        return bytes((x + b) & 0xFF for x, b in zip(line, above, strict=True))
+    for i in range(len(line) if kind else 0):
+        a, b, c = (line[i - 3], above[i], above[i - 3]) if i >= 3 else (0, above[i], 0)
+        if kind == 1:
+            line[i] = (line[i] + a) & 0xFF
+        elif kind == 3:
+            line[i] = (line[i] + ((a + b) >> 1)) & 0xFF
+        else:
+            p = a + b - c
+            line[i] = (line[i] + min((abs(p - a), 0, a), (abs(p - b), 1, b), (abs(p - c), 2, c))[2]) & 0xFF
+    return bytes(line)
+
+
+def test_the_console_in_a_headless_browser(prometheus, tmp_path):
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (apt-get install chromium; .ci/setup installs it)")
+    assert "SparkfleetWatchdogStoppedContainer" in ready_console(prometheus), "the alert never fired"
+    dom, messages = browse(f"{prometheus}/consoles/sparkfleet.html", tmp_path / "chromium", SCREENSHOT)
+    print(f"screenshot of the console: {SCREENSHOT}")
+    assert messages == [], "the page wrote to the browser's console"
+    parsed = Tables()
+    parsed.feed(dom)
+    assert len(parsed.tables) == 3, dom
+    fleet, boxes, alerts = (rows_by_header(table) for table in parsed.tables)
+    # Every box Prometheus knows has its row, and only those.
+    with urllib.request.urlopen(f"{prometheus}/api/v1/query?query=up%7Bjob%3D%22node%22%7D", timeout=10) as answer:
+        known = {series["metric"]["box"] for series in json.load(answer)["data"]["result"]}
+    assert set(boxes) == known == {"spark-1"}
+    tokens = fleet["all boxes"]["Generated tokens/s"]
+    assert tokens != "-" and float(tokens) > 0, tokens
+    # The fake box's figures: 3 requests running, KV cache 0.25, 64e9 bytes available, the watchdog's gauges.
+    assert {column: boxes["spark-1"][column] for column in (
+        "vLLM", "Running", "Waiting", "KV cache used %", "Memory available (GiB)", "Memory used % (watchdog)",
+        "Steady threshold %")} == {
+        "vLLM": "up", "Running": "3.0", "Waiting": "0.0", "KV cache used %": "25.0",
+        "Memory available (GiB)": "59.6", "Memory used % (watchdog)": "50.0", "Steady threshold %": "90.0"}
+    assert boxes["spark-1"]["Watchdog stops"].startswith("vllm stopped 2027-01-15")
+    assert boxes["spark-1"]["Watchdog stops"].endswith("(still stopped)")
+    assert alerts["SparkfleetWatchdogStoppedContainer"]["Box"] == "spark-1"
+
+    width, height, rows = png_rows(SCREENSHOT.read_bytes())
+    assert (width, height) == WINDOW
+    colours = {row[i:i + 3] for row in rows for i in range(0, len(row), 3)}
+    # Text anti-aliased on white gives dozens of shades; a blank or failed page gives one or two.
+    assert len(colours) > 20, f"{len(colours)} colours: a blank page?"
+    assert BAD in colours, "the firing alert's row is not painted in the console's .bad colour"
