@@ -88,8 +88,8 @@ images:
 # The lanes are balanced by the scenarios' measured times (default, with its refusals and the
 # plain-clone test, and fleet are the longest). A scenario in neither lane stops the run: none
 # may be left out by accident.
-MOLECULE_LANE_1 ?= default vllm model watchdog preflight link
-MOLECULE_LANE_2 ?= fleet cluster docker_runtime firewall
+MOLECULE_LANE_1 ?= default vllm model watchdog preflight link docker_runtime
+MOLECULE_LANE_2 ?= fleet cluster firewall
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 MOLECULE_UNLANED := $(filter-out $(MOLECULE_LANE_1) $(MOLECULE_LANE_2),$(MOLECULE_SCENARIOS))
 molecule: link images
