@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -358,37 +359,60 @@ def print_table(rows: list[dict[str, Any]], middle: dict[str, float | None]) -> 
     print(f"{'load average (1 min) while measured':<58} {min(loads):.1f}-{max(loads):.1f}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+def common_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the benchmarks that start boxes of their own and run `vllm bench serve` (this one and
+    gateway.py): the runs, the workload, the playbooks' output, the results and the boxes left up."""
     parser.add_argument("--runs", type=int, default=1, help="runs, each on fresh boxes (medians are reported)")
     parser.add_argument("--num-prompts", type=int, default=64, help="the workload: requests (default 64)")
     parser.add_argument("--request-rate", default="4", help="requests per second, or inf (default 4)")
     parser.add_argument("--max-concurrency", type=int, default=16, help="default 16")
     parser.add_argument("--input-len", type=int, default=1024, help="tokens per prompt (default 1024)")
     parser.add_argument("--output-len", type=int, default=128, help="tokens per reply (default 128)")
-    parser.add_argument("--no-single", dest="single", action="store_false",
-                        help="leave out the workload against the head serving alone")
     parser.add_argument("--profile", action="store_true",
                         help="profile_tasks, every playbook's output kept in benchmarks/output/")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="leave the last run's boxes and networks up")
-    args = parser.parse_args()
+
+
+def runner_for(args: argparse.Namespace) -> Runner:
+    """The repository's playbooks, their output kept in benchmarks/output/ (with --profile, or when one fails)."""
     out_dir = ROOT / "benchmarks/output"
     out_dir.mkdir(exist_ok=True)
-    # Outside the tree: the linters would read the inventories as the project's YAML.
-    work = Path(tempfile.gettempdir()) / "sparkfleet-benchmark-cluster"
+    return Runner(ROOT, args.profile, out_dir)
+
+
+def work_dir(name: str) -> Path:
+    """A directory for a run's inventories, outside the tree: the linters would read them as the project's YAML."""
+    work = Path(tempfile.gettempdir()) / name
     work.mkdir(exist_ok=True)
-    runner = Runner(ROOT, args.profile, out_dir)
+    return work
+
+
+def fresh_runs(args: argparse.Namespace, make: Callable[[], Any], remove: Callable[[], None],
+               say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """--runs measurements, each by a new object of make() on fresh boxes of the test-bed image; the boxes removed
+    at the end unless --keep."""
     image = build_images()
     rows: list[dict[str, Any]] = []
-    cluster = Cluster(runner, work, args)
     try:
         for index in range(args.runs):
-            log(f"run {index + 1} of {args.runs}")
-            rows.append(Cluster(runner, work, args).measure(image))
+            say(f"run {index + 1} of {args.runs}")
+            rows.append(make().measure(image))
     finally:
         if not args.keep:
-            remove_boxes(list(cluster.names.values()))
+            remove()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    common_options(parser)
+    parser.add_argument("--no-single", dest="single", action="store_false",
+                        help="leave out the workload against the head serving alone")
+    args = parser.parse_args()
+    cluster = Cluster(runner_for(args), work_dir("sparkfleet-benchmark-cluster"), args)
+    rows = fresh_runs(args, lambda: Cluster(cluster.runner, cluster.work, args),
+                      lambda: remove_boxes(list(cluster.names.values())), log)
     middle = medians(rows)
     print_table(rows, middle)
     startup = cluster.group_vars[cluster.group].get("vllm_extra_env", {}).get("VLLM_STANDIN_STARTUP_SECONDS")
