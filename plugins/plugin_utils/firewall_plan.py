@@ -308,7 +308,8 @@ def parse_inputs(data: dict[str, Any], errors: list[str]) -> tuple[Any, ...]:
         source = None if str(origin) == "any" else parse_network(origin, f"{what}.from", errors)
         extra.append((action, port, proto, source))
     monitoring_ports = [parse_ports(p, "firewall_monitoring_ports", errors) for p in data.get("monitoring_ports") or []]
-    return api_port, api_sources, fleet_ports, monitoring_ports, extra
+    cache_port = parse_port(data.get("cache_port", 5000), "firewall_registry_cache_port", errors)
+    return api_port, api_sources, fleet_ports, monitoring_ports, extra, cache_port
 
 
 def input_errors(data: dict[str, Any]) -> list[str]:
@@ -349,7 +350,7 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     state = read_probe(data.get("probe") or {}, errors)
     data = {**data, **{key: state[key] for key in ("ssh_connection", "sshd_output", "sshd_error")}}
     ssh_ports, ssh_sources = ssh_plan(data, errors)
-    api_port, api_sources, fleet_ports, monitoring_ports, extra = parse_inputs(data, errors)
+    api_port, api_sources, fleet_ports, monitoring_ports, extra, cache_port = parse_inputs(data, errors)
     fleet, monitoring, gateway = (host_addresses(data, kind, errors) for kind in ("fleet", "monitoring", "gateway"))
     cluster = cluster_rules(data, errors)
     if errors:
@@ -363,6 +364,8 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     api_services = [(str(api_port), "tcp")] if data.get("serves_api", True) else []
     rules += [rule("allow", str(api_port), "tcp", s, "api") for s in api_sources]
     fleet_services = api_services + [(str(p), "tcp") for p in ssh_ports if ssh_sources] + fleet_ports
+    # A pull-through image cache on this host (sparkfleet.serving.registry_cache) serves the fleet's Docker engines.
+    fleet_services += [(str(cache_port), "tcp")] if data.get("cache_here") else []
     rules += [rule("allow", p, proto, s, "fleet") for s in fleet for p, proto in fleet_services]
     # Prometheus (the monitoring hosts) scrapes vLLM's /metrics on the API port and node_exporter on
     # firewall_monitoring_ports; the gateway's router sends requests to the API port. Not to anyone else.

@@ -416,3 +416,16 @@ def test_a_monitoring_or_gateway_host_unknown_or_unreachable_is_refused(kind: st
     assert error.endswith(f"(`ansible {host} -m ping`), or leave it out of firewall_{kind}_hosts.")
     (error,) = make(**{**AROUND, f"{kind}_hosts": ["nobody"]})["errors"]
     assert error == f"firewall_{kind}_hosts names 'nobody', which is not a host of the inventory."
+
+
+# A pull-through image cache on the host (sparkfleet.serving.registry_cache): the fleet's engines only.
+
+def test_a_registry_cache_host_lets_the_fleet_reach_its_port_and_no_one_else():
+    result = make(**AROUND, cache_port=5000, cache_here=True, api_sources=["10.1.0.0/16"])
+    assert [c for c in comments(result) if "5000" in c] == [
+        "sparkfleet.serving.firewall: fleet allow 5000/tcp from 192.0.2.12/32",
+        "sparkfleet.serving.firewall: fleet allow 5000/tcp from 2001:db8::12/128"]
+    # A host that runs no cache opens nothing; the port is checked everywhere (playbooks/check.yml).
+    assert [c for c in comments(make(**AROUND, cache_port=5000, cache_here=False)) if "5000" in c] == []
+    assert make(**AROUND, cache_port=70000)["errors"] == [
+        "firewall_registry_cache_port: 70000 is not a port number (expected an integer from 1 to 65535)"]
