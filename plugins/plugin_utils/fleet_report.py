@@ -41,12 +41,14 @@ SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 STATUS_COLUMNS = (
     ("host", "host"), ("members_display", "members (container)"), ("reachable", "up"), ("gpu", "GPU"),
     ("driver_cuda", "driver/CUDA"), ("image", "image"),
-    ("image_digest", "digest"), ("model_revision", "model@revision"), ("served_model_name", "served as"),
+    ("image_digest", "digest"), ("image_id_display", "image id"), ("model_revision", "model@revision"),
+    ("served_model_name", "served as"),
     ("health", "health"), ("run_wait", "run/wait"), ("kv_cache_usage", "KV %"), ("tokens", "tokens in/out"),
     ("memory_used_pct", "mem %"), ("watchdog_display", "watchdog (last action)"), ("firewall", "ufw"),
 )
 # Every field of a status row (the JSON's keys).
 ROW_FIELDS = ("host", "reachable", "error", "gpu", "gpu_present", "driver", "cuda", "image", "image_digest",
+              "image_id", "image_differs",
               "container", "model", "revision", "commit", "served_model_name", "model_source", "deployed_at",
               "health", "memory_used_pct", "watchdog", "watchdog_last_action", "watchdog_stop", "firewall", "cluster",
               "cluster_role", *METRICS)
@@ -201,7 +203,9 @@ def status_row(raw: dict) -> dict:
     metrics = parse_metrics(raw.get("metrics"))
     # A container the watchdog stopped says why instead of only "exited" (while the record is in force).
     stopped_by = watchdog_stop_text(raw.get("watchdog_stop")) if state != "running" else ""
+    image_id = image_info.get("Id") or container.get("Image") or record.get("image_id") or UNKNOWN
     row = {"host": host, "reachable": True, "error": "", **_gpu(gpu), "image": image, "image_digest": digest,
+           "image_id": image_id, "image_differs": "",
            "container": state,
            **_model_identity(_json(raw.get("manifest")), record, legacy,
                              (container.get("Config") or {}).get("Labels") or {}),
@@ -258,9 +262,32 @@ def cluster_row(name: str, members: list[dict]) -> dict:
     return row
 
 
+def flag_image_ids(rows: list[dict]) -> list[dict]:
+    """Boxes that run one image reference should run one image: where their image IDs differ (a tag
+    that moved between two pulls, an image loaded by hand), each box whose ID is not the one most of
+    them run gets image_differs, saying what the others run."""
+    by_image: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("reachable") and row.get("image_id") not in (None, "", UNKNOWN):
+            by_image.setdefault(str(row.get("image")), []).append(row)
+    for same in by_image.values():
+        counts: dict[str, int] = {}
+        for row in same:
+            counts[row["image_id"]] = counts.get(row["image_id"], 0) + 1
+        if len(counts) < 2:
+            continue
+        usual = max(counts, key=lambda image_id: (counts[image_id], image_id == same[0]["image_id"]))
+        hosts = [row["host"] for row in same if row["image_id"] == usual]
+        for row in same:
+            if row["image_id"] != usual:
+                row["image_differs"] = f"differs from {_cell(usual)} on {', '.join(hosts)}"
+    return rows
+
+
 def status_units(rows: list[dict], groups: Mapping[str, Sequence[str]]) -> list[dict]:
     """The boxes' status rows -> one row per box or cluster (a child group of `clusters`), in the
     order of their first host; a member the run did not ask is an unreachable member."""
+    rows = flag_image_ids([dict(row) for row in rows])
     by_host = {row["host"]: row for row in rows}
     units: list[dict] = []
     seen: set[str] = set()
@@ -295,6 +322,8 @@ def status_display(row: dict) -> dict:
     if commit not in (UNKNOWN, revision):
         revision = f"{revision} ({str(commit)[:8]})"
     out["model_revision"] = f"{row.get('model', UNKNOWN)}@{revision}"
+    image_id = _cell(row.get("image_id", UNKNOWN))
+    out["image_id_display"] = f"{image_id} DIFFERS ({row['image_differs']})" if row.get("image_differs") else image_id
     out["run_wait"] = f"{_cell(row.get('requests_running'))}/{_cell(row.get('requests_waiting'))}"
     out["tokens"] = f"{_cell(row.get('prompt_tokens_total'))}/{_cell(row.get('generation_tokens_total'))}"
     action = row.get("watchdog_last_action", UNKNOWN)

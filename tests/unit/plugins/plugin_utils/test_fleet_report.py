@@ -333,3 +333,22 @@ def test_a_container_the_watchdog_stopped_says_so_alone_and_in_its_cluster():
     assert status_units(rows, GROUPS)[0]["health"] == (
         "down (head exited, worker stopped by the watchdog at 2026-12-01T20:31:07.412Z, 99.0 % used, "
         "threshold 98.0 %)")
+
+
+def test_a_box_whose_image_id_differs_from_the_others_on_the_same_reference_is_flagged():
+    other = "sha256:" + "c" * 64
+    rows = [status_row(raw(host=f"spark-{n}")) for n in (1, 2)]
+    rows.append(status_row(raw(host="spark-3", image={"Id": other, "RepoDigests": []},
+                               container={"State": {"Status": "running"}, "Config": {"Image": RECORD["image"]},
+                                          "Image": other})))
+    units = status_units(rows, {})
+    assert [unit["image_id"] for unit in units] == [RECORD["image_id"]] * 2 + [other]
+    assert [unit["image_differs"] for unit in units] == [
+        "", "", f"differs from {RECORD['image_id'][:19]} on spark-1, spark-2"]
+    table = render_table([status_display(unit) for unit in units], STATUS_COLUMNS)
+    assert table.count("DIFFERS") == 1 and f"{other[:19]} DIFFERS" in table
+    # Another image reference is another deployment: not compared.
+    rows[2]["image"] = "vllm/vllm-openai:v0.20.0"
+    assert [unit["image_differs"] for unit in status_units(rows, {})] == ["", "", ""]
+    # The boxes' own rows are not changed in place.
+    assert "image_differs" in rows[2] and rows[2]["image_differs"] == ""
