@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,9 @@ SITE = SCENARIO.parents[1] / "site.yml"
 BOXES = ("fleet-1", "fleet-2", "fleet-3")
 RECORDS = "/var/lib/sparkfleet/vllm"
 KEY = "sk-molecule-fleet-test"
+# The digest the stand-in image got in the test bed's registry, which the inventory pins (molecule.yml).
+PINNED_DIGEST = (Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "upstream-registry" / "vllm-image-digest"
+                 ).read_text().strip()
 
 
 def box(name: str):
@@ -127,7 +131,7 @@ def test_the_failing_box_is_back_on_its_known_good_deployment_and_serves(failed_
     assert [m["Source"] for m in info["Mounts"]] == [m["Source"] for m in old["Mounts"]]
     # By the same image reference as the role's configure step asks for, not by the bare id
     # (community.docker would recreate it on the next site.yml), and with the same labels.
-    assert info["Config"]["Image"] == old["Config"]["Image"] == "sparkfleet-sim/vllm-openai:standin"
+    assert info["Config"]["Image"] == old["Config"]["Image"] == f"vllm/vllm-openai@{PINNED_DIGEST}"
     assert info["Config"]["Labels"] == old["Config"]["Labels"]
     # Still the known-good record: the failed change was never recorded; the record of what
     # the role last ran says what runs now, not the failed command line.

@@ -263,3 +263,28 @@ def test_back_to_the_profile_serves_again(host):
     result = playbook()
     assert result.returncode == 0, result.stdout[-3000:]
     assert [inspect(host)["Path"], *inspect(host)["Args"]] == ["vllm", *EXPECTED_ARGS]
+
+
+# --- an offline fleet: the image from an archive on the controller (vllm_image_archive) ------------
+
+ARCHIVE = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "vllm-standin.tar"
+
+
+def test_the_image_was_loaded_from_the_controllers_archive_and_checked_by_its_id(host):
+    pinned = ARCHIVE.with_name(ARCHIVE.name + ".id").read_text().strip()
+    assert inspect(host)["Image"] == pinned
+    assert json.loads(host.check_output("docker image inspect sparkfleet-sim/vllm-openai:standin"))[0]["Id"] == pinned
+    # The copy was removed once loaded.
+    assert not host.file("/var/tmp/sparkfleet-vllm-image.tar").exists
+
+
+def test_an_archive_without_the_image_pinned_is_refused_before_it_is_copied(host):
+    other = "sha256:" + "0" * 64
+    result = run_playbook(SCENARIO.parent / "resources" / "vllm-image.yml",
+                          {"vllm_image": "sparkfleet-sim/vllm-openai:other", "vllm_image_id": other})
+    assert result.returncode != 0
+    pinned = ARCHIVE.with_name(ARCHIVE.name + ".id").read_text().strip()
+    assert (f"{ARCHIVE} on the controller holds {pinned} tagged sparkfleet-sim/vllm-openai:standin, not {other} "
+            "tagged sparkfleet-sim/vllm-openai:other") in result.stdout
+    assert "Nothing was copied." in result.stdout
+    assert not host.file("/var/tmp/sparkfleet-vllm-image.tar").exists
