@@ -131,7 +131,7 @@ def main() -> int:
     first = 7 if args_now[args_now.index("--max-num-seqs") + 1] == "5" else 5
     values = iter((first, 12 - first) * args.trials)
     rows: dict[str, list[dict[str, Any]]] = {"plain": [], "killed": []}
-    for _ in range(args.trials):
+    for _trial in range(args.trials):
         for mode, trials in rows.items():
             trials.append(trial(args, next(values), mode == "killed", work))
     table(rows)

@@ -66,7 +66,7 @@ def outages(lines: list[Line], since: float = 0.0) -> list[dict]:
     ran in it (stopped, removed, made but not started yet) and, for one that closed after
     `since` (a kill, say), when the box served again counted from it."""
     spans: list[dict] = []
-    for when, health, _, status in lines:
+    for when, health, _container, status in lines:
         if health == "down" and (not spans or "end" in spans[-1]):
             spans.append({"start": when, "states": set()})
         if spans and "end" not in spans[-1]:
@@ -76,7 +76,7 @@ def outages(lines: list[Line], since: float = 0.0) -> list[dict]:
     for span in spans:
         end = span.get("end", lines[-1][0])
         span["seconds"] = round(end - span["start"], 1)
-        idle = [when for when, _, _, status in lines if span["start"] <= when <= end and status != "running"]
+        idle = [line[0] for line in lines if span["start"] <= line[0] <= end and line[3] != "running"]
         span["no_running_container_seconds"] = round(idle[-1] - idle[0] + 0.2, 1) if idle else 0.0
         span["closed"] = "end" in span
         span["states"] = sorted(span["states"])
@@ -88,7 +88,7 @@ def outages(lines: list[Line], since: float = 0.0) -> list[dict]:
 def containers_seen(lines: list[Line]) -> list[str]:
     """The container ids the probe saw, in order (none, the moment between a removal and the
     next creation, left out)."""
-    return [c for c in dict.fromkeys(container_id for _, _, container_id, _ in lines) if c != "none"]
+    return [c for c in dict.fromkeys(line[2] for line in lines) if c != "none"]
 
 
 def kill_when(controller: subprocess.Popen, box: str, script: str) -> float:
