@@ -34,6 +34,13 @@ WORST_FIRST = ("rollback_failed", "rolling_back", "restarting", "rolled_back", "
                "would_deploy", "deployed", "unchanged")
 
 
+# What a box whose last-run.json differs from its known-good.json was found in: an earlier run made
+# its container anew and stopped before that container passed the health gate (a controller that
+# died mid-rollout, or a failed gate nothing rolled back).
+MID_ROLLOUT = ("found mid-rollout: it ran a deployment that never passed its health gate "
+               "(last-run.json differs from known-good.json: an earlier run stopped before the gate)")
+
+
 class RolloutError(ValueError):
     """The batches asked for, or the hosts' order, cannot make a rollout of whole units."""
 
@@ -147,6 +154,14 @@ def runs(record: dict[str, Any]) -> str:
             + (f"@{revision}" if revision else "") + f" as {record.get('served_model_name', '?')}")
 
 
+def found_mid_rollout(outcome: dict[str, Any]) -> bool:
+    """Whether the box was found, before this run touched it, running the spec of last-run.json
+    while known-good.json (its `before`) says another passed the gate last."""
+    last_run = outcome.get("last_run") or {}
+    known_good = {k: v for k, v in (outcome.get("before") or {}).items() if k != "deployed_at"}
+    return bool(last_run) and last_run != known_good
+
+
 def host_entry(host: str, outcome: dict[str, Any]) -> dict[str, Any]:
     state = str(outcome.get("state") or "not_staged")
     before, after = outcome.get("before") or {}, outcome.get("after") or {}
@@ -164,6 +179,7 @@ def host_entry(host: str, outcome: dict[str, Any]) -> dict[str, Any]:
         "why": failure.get("diagnosis") or ([failure["message"]] if failure.get("message") else []),
         "failed_task": failure.get("task"),
         "rollback_error": outcome.get("rollback_error"),
+        "found_mid_rollout": found_mid_rollout(outcome),
     }
     why = f"{'; '.join(map(str, entry['why']))} (in task: {entry['failed_task']})" if entry["why"] else ""
     entry["line"] = describe(host, entry, before, why, entry["rollback_error"])
@@ -175,6 +191,8 @@ def describe(title: str, entry: dict[str, Any], before: dict[str, Any], why: str
     line = f"{title}: {STATES.get(entry['state'], entry['state'])}"
     if entry["batch"]:
         line += f" (batch {entry['batch']})"
+    if entry.get("found_mid_rollout"):
+        line += f"; {MID_ROLLOUT}"
     line += f"; runs {runs(entry['runs'])}"
     if entry["changes"]:
         line += "; changed: " + ", ".join(entry["changes"])
@@ -219,6 +237,7 @@ def summarize(outcomes: dict[str, dict[str, Any]], hosts: list[str],
         "deployed": [e["host"] for e in entries if e["state"] == "deployed"],
         "rolled_back": [e["host"] for e in entries if e["rolled_back"]],
         "not_reached": [e["host"] for e in entries if e["state"] == "staged"],
+        "found_mid_rollout": [e["host"] for e in entries if e["found_mid_rollout"]],
         "hosts": entries,
         "units": unit_entries,
         "lines": [u["line"] for u in unit_entries],

@@ -151,3 +151,17 @@ def test_a_cluster_shows_its_worst_members_state():
     line = summarize(deployed, ["m1", "m2"], GROUPS)["lines"][0]
     assert line.startswith("cluster pair1 (m1 head, m2): deployed and health-gated (batch 1)")
     assert "changed: --gpu-memory-utilization 0.75 -> 0.8" in line
+
+
+def test_a_box_running_what_never_passed_its_gate_is_found_mid_rollout():
+    """last-run.json (no deployed_at) against known-good.json: another spec is found mid-rollout."""
+    gated = {**record(OLD), "deployed_at": "2026-01-01T00:00:00Z"}
+    outcomes = {
+        "a": {"state": "deployed", "batch": 1, "before": gated, "after": record(NEW), "last_run": record(NEW)},
+        "b": {"state": "unchanged", "batch": 2, "before": gated, "after": gated, "last_run": record(OLD)},
+        "c": {"state": "unchanged", "batch": 3, "before": gated, "after": gated},
+    }
+    summary = summarize(outcomes, ["a", "b", "c"])
+    assert summary["found_mid_rollout"] == ["a"]
+    assert "found mid-rollout" in summary["lines"][0]
+    assert all("mid-rollout" not in line for line in summary["lines"][1:])
