@@ -12,9 +12,10 @@ a probe asks its API's /health and `docker inspect`s its container every 0.2 s, 
 was without a serving container is measured where a client would see it, whatever the
 controller did. The kill is triggered by a watcher in the box that sees the moment come (a
 container id changes), never by a delay. In this test bed the controller reaches the boxes
-through `docker exec`; as over SSH, the module of the task that was running when the
-controller died goes on to its end on the box (its result is lost, not its Docker calls) and
-the tasks after it never run, so the box is read only once it has settled.
+through `docker exec`, where the module of the task that was running when the controller died
+goes on to its end on the box (its result is lost, not its Docker calls) and the tasks after
+it never run, so the box is read only once it has settled. Over SSH (not tested here) sshd may
+hang up the module when the controller's session closes.
 """
 
 from __future__ import annotations
