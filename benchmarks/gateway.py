@@ -127,6 +127,12 @@ def fleet_inventory(directory: Path) -> Path:
     everyone["ansible_python_interpreter"] = base["config_options"]["defaults"]["interpreter_python"]
     group_vars = {"all": everyone, **inventory["group_vars"]}
     group_vars["gateway"] = group_vars["gateway"] | {"gateway_tls_certificate": "", "gateway_tls_key": ""}
+    # The stand-in vLLM image staged on each box, not pulled through the scenario's registry cache from its
+    # upstream registry (which this script does not start).
+    groups.pop("registry_cache", None)
+    group_vars["spark"] = group_vars["spark"] | {"prepare_stage_image": True, "vllm_image_pull": False,
+                                                 "vllm_image": "sparkfleet-sim/vllm-openai:standin",
+                                                 "vllm_image_digest": "", "vllm_image_id": ""}
     return write_inventory(directory, rename_hosts({"all": {"children": groups}}, names), group_vars)
 
 
