@@ -82,7 +82,7 @@ def test_upstream_served_the_image_to_the_cache_alone_and_the_cache_to_every_box
     # Reads of the image (the controller's push, made in prepare, writes).
     upstream = [request for request in upstream_log() if request[1] == "GET" and f"/{REPOSITORY}/" in request[2]]
     # Nothing read the image upstream but the cache: no box fetched a manifest or a layer from it.
-    assert {who for who, *_ in upstream} == {cache}
+    assert {request[0] for request in upstream} == {cache}
     fetched = blob_gets(upstream, cache)
     served = {name: blob_gets(cache_log(), address(name)) for name in BOXES}
     # Every box got every blob of the image from the cache, once.
