@@ -283,8 +283,10 @@ def test_an_archive_without_the_image_pinned_is_refused_before_it_is_copied(host
     result = run_playbook(SCENARIO.parent / "resources" / "vllm-image.yml",
                           {"vllm_image": "sparkfleet-sim/vllm-openai:other", "vllm_image_id": other})
     assert result.returncode != 0
+    # A failed task's result goes to stderr (the scenarios' callback).
+    output = result.stdout + result.stderr
     pinned = ARCHIVE.with_name(ARCHIVE.name + ".id").read_text().strip()
     assert (f"{ARCHIVE} on the controller holds {pinned} tagged sparkfleet-sim/vllm-openai:standin, not {other} "
-            "tagged sparkfleet-sim/vllm-openai:other") in result.stdout
-    assert "Nothing was copied." in result.stdout
+            "tagged sparkfleet-sim/vllm-openai:other") in output
+    assert "Nothing was copied." in output
     assert not host.file("/var/tmp/sparkfleet-vllm-image.tar").exists
