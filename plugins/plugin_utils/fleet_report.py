@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import cluster_of
@@ -198,12 +199,11 @@ def status_row(raw: dict) -> dict:
     state = (container.get("State") or {}).get("Status") or ("absent" if raw.get("container_checked") else UNKNOWN)
     image = (container.get("Config") or {}).get("Image") or record.get("image") or legacy.get("image") or UNKNOWN
     image_info = raw.get("image") if isinstance(raw.get("image"), dict) else {}
-    digest = _short_digest(image_info.get("RepoDigests") or record.get("repo_digests") or [],
-                           image_info.get("Id") or container.get("Image") or record.get("image_id") or "")
+    image_id = image_info.get("Id") or container.get("Image") or record.get("image_id") or UNKNOWN
+    digest = _short_digest(image_info.get("RepoDigests") or record.get("repo_digests") or [], image_id)
     metrics = parse_metrics(raw.get("metrics"))
     # A container the watchdog stopped says why instead of only "exited" (while the record is in force).
     stopped_by = watchdog_stop_text(raw.get("watchdog_stop")) if state != "running" else ""
-    image_id = image_info.get("Id") or container.get("Image") or record.get("image_id") or UNKNOWN
     row = {"host": host, "reachable": True, "error": "", **_gpu(gpu), "image": image, "image_digest": digest,
            "image_id": image_id, "image_differs": "",
            "container": state,
@@ -271,9 +271,7 @@ def flag_image_ids(rows: list[dict]) -> list[dict]:
         if row.get("reachable") and row.get("image_id") not in (None, "", UNKNOWN):
             by_image.setdefault(str(row.get("image")), []).append(row)
     for same in by_image.values():
-        counts: dict[str, int] = {}
-        for row in same:
-            counts[row["image_id"]] = counts.get(row["image_id"], 0) + 1
+        counts = Counter(row["image_id"] for row in same)
         if len(counts) < 2:
             continue
         usual = max(counts, key=lambda image_id: (counts[image_id], image_id == same[0]["image_id"]))
