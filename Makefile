@@ -17,15 +17,16 @@ export ANSIBLE_REMOTE_TMP := ~/.ansible/tmp
 
 .PHONY: importer test gates quick setup docs lint sanity units pytest molecule link collection demo demo-clean clean images
 
-# The fast gates with the test-bed images built beside them (gates), the tarball, then
+# The fast gates with the test-bed images and the tarball's checks beside them (gates), then
 # Molecule in two lanes.
-test: gates collection importer molecule
+test: gates molecule
 
-# quick's gates, and the images Molecule needs: on a fresh machine building them is mostly
-# downloads (debootstrap, apt, pip wheels), so they overlap the gates' CPU work; on a
-# machine that has them, `images` only compares hashes.
+# quick's gates, the images Molecule needs and the tarball's checks: on a fresh machine building
+# the images is mostly downloads (debootstrap, apt, pip wheels), and the tests (pytest) mostly
+# wait on the servers they start, so the others' CPU work fills the gaps; on a machine that has
+# the images, `images` only compares hashes. Longest first: sanity and pytest.
 gates: link
-	$(MAKE) --no-print-directory -j3 --output-sync=target sanity images lint pytest units
+	$(MAKE) --no-print-directory -j3 --output-sync=target sanity pytest images lint units importer
 
 # The inner loop: every gate but the tarball and Molecule, no containers. Two at a time
 # (sanity, the longest, first): on two cores that is about half the sequential time.
@@ -56,8 +57,10 @@ lint: link
 	ansible-lint
 
 # Some tests run roles through ansible-playbook: they need sparkfleet.serving resolvable (link).
+# Most of their time is spent waiting on the stand-in servers they start, so three processes
+# (pytest-xdist) take half the time of one, on two cores beside the other gates.
 pytest: link
-	$(PYTHON) -m pytest -q tests/testbed tests/pytest
+	$(PYTHON) -m pytest -q -n 3 tests/testbed tests/pytest
 
 $(AT_DIR): FORCE
 	rm -rf $(AT_ROOT) && mkdir -p $(AT_DIR)
@@ -85,23 +88,26 @@ images:
 # Every scenario, in two lanes that run side by side. A scenario spends much of its time
 # waiting (systemd and the inner Docker engines starting, health gates, downloads), so two
 # lanes fit on two cores; each scenario's boxes, networks and hub have names of their own.
-# The lanes are balanced by the scenarios' measured times (default, with its refusals and the
-# plain-clone test, and fleet are the longest). A scenario in neither lane stops the run: none
-# may be left out by accident.
-MOLECULE_LANE_1 ?= default vllm model watchdog preflight link docker_runtime
-MOLECULE_LANE_2 ?= fleet cluster firewall
+# The lanes are balanced by the scenarios' times in CI (each lane line of its log has the time):
+# longest first, each to the lane that would end sooner. fleet and default, with its refusals
+# and the plain-clone test, are the longest and head one lane each. A scenario in neither lane
+# stops the run: none may be left out by accident.
+MOLECULE_LANE_1 ?= fleet vllm docker_runtime firewall link
+MOLECULE_LANE_2 ?= default cluster model preflight watchdog
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 MOLECULE_UNLANED := $(filter-out $(MOLECULE_LANE_1) $(MOLECULE_LANE_2),$(MOLECULE_SCENARIOS))
 molecule: link images
 	@[ -z "$(MOLECULE_UNLANED)" ] || { echo "molecule: scenario(s) in no lane: $(MOLECULE_UNLANED) (add them to MOLECULE_LANE_1 or _2)"; exit 2; }
 	$(MAKE) --no-print-directory -j2 -k molecule-lane-1 molecule-lane-2
 
-# One lane: its scenarios one after the other, each line prefixed with the scenario's name;
-# the lane stops at its first failing scenario (the other lane runs to its end).
+# One lane: its scenarios one after the other, each line prefixed with the scenario's name and
+# the time (what CI's log then says of where a lane's time goes); the lane stops at its first
+# failing scenario (the other lane runs to its end).
 molecule-lane-%:
 	@for scenario in $(MOLECULE_LANE_$*); do \
 	    started=$$(date +%s); \
-	    molecule test -s $$scenario 2>&1 | sed -u "s/^/[$$scenario] /" \
+	    molecule test -s $$scenario 2>&1 \
+	        | while IFS= read -r line || [ -n "$$line" ]; do printf '[%s %(%T)T] %s\n' "$$scenario" -1 "$$line"; done \
 	        || { echo "[$$scenario] FAILED after $$(( $$(date +%s) - started )) s"; exit 1; }; \
 	    echo "[$$scenario] passed in $$(( $$(date +%s) - started )) s"; \
 	done

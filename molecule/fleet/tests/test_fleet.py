@@ -4,7 +4,8 @@ the deployment records, the API) and on the rollout's JSON summary.
 
 Runs in file order: the converged fleet, a rollout the second batch's box cannot serve
 (fleet-2 has less unified memory free: see molecule.yml), a rollout that succeeds
-everywhere, its re-run, and an operator's undo of the last deployment on one box.
+everywhere while clients keep sending requests through the gateway (roles/gateway, on
+fleet-1), its re-run, and an operator's undo of the last deployment on one box.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,12 @@ KEY = "sk-molecule-fleet-test"
 # The digest the stand-in image got in the test bed's registry, which the inventory pins (molecule.yml).
 PINNED_DIGEST = (Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "upstream-registry" / "vllm-image-digest"
                  ).read_text().strip()
+# The gateway on fleet-1 (molecule.yml, group gateway), as a client reaches it, and the client's copy
+# of its certificate.
+GATEWAY = "https://fleet-1:8080"
+GATEWAY_KEY = "sk-molecule-fleet-gateway"
+GATEWAY_CA = "/root/sparkfleet-gateway-ca.pem"
+LOAD = SCENARIO.parent / "resources" / "testinfra" / "gateway_load.py"
 
 
 def box(name: str):
@@ -63,6 +73,41 @@ def rollout(tmp_path: Path, extra: dict) -> tuple[object, dict | None]:
 
 def by_host(summary: dict) -> dict[str, dict]:
     return {entry["host"]: entry for entry in summary["hosts"]}
+
+
+def gateway_client(name: str = "fleet-2"):
+    """A box trusting the gateway's certificate (copied from fleet-1, as a user would)."""
+    pem = box("fleet-1").check_output("cat /etc/ssl/certs/sparkfleet-gateway.pem")
+    client = box(name)
+    client.check_output(f"printf '%s\\n' '{pem}' > {GATEWAY_CA}")
+    return client
+
+
+def routed() -> list[str]:
+    """The boxes in the gateway's router's rotation (its API, on fleet-1's 127.0.0.1 only)."""
+    return json.loads(box("fleet-1").check_output("curl -fsS http://127.0.0.1:30000/list_workers"))["urls"]
+
+
+@contextmanager
+def gateway_load(clients: int = 4) -> Iterator[dict]:
+    """Clients on fleet-2 sending chat completions back to back through the gateway while the
+    block runs (../../resources/testinfra/gateway_load.py); the dict yielded gets their counts
+    and every failure once they have stopped."""
+    client = gateway_client()
+    client.check_output(f"cat > /root/gateway_load.py <<'EOF'\n{LOAD.read_text()}\nEOF")
+    client.check_output("rm -f /root/load.stop /root/load.json && setsid nohup python3 /root/gateway_load.py "
+                        f"{GATEWAY} {GATEWAY_KEY} {GATEWAY_CA} qwen3.5-35b /root/load.stop /root/load.json {clients} "
+                        ">/root/load.log 2>&1 < /dev/null &")
+    load: dict = {}
+    try:
+        yield load
+    finally:
+        client.check_output("touch /root/load.stop")
+    deadline = time.monotonic() + 90
+    while not client.file("/root/load.json").exists:
+        assert time.monotonic() < deadline, client.check_output("cat /root/load.log")
+        time.sleep(0.5)
+    load.update(json.loads(client.check_output("cat /root/load.json")))
 
 
 # --- the fleet as site.yml left it ----------------------------------------------------------
@@ -160,16 +205,20 @@ def test_the_third_batch_was_never_touched(failed_rollout):
     assert record("fleet-3") == before["fleet-3"][1]
 
 
-# --- a change every box can serve, and its re-run ---------------------------------------------
+# --- a change every box can serve, under load through the gateway, and its re-run -------------
 
 @pytest.fixture(scope="module")
 def good_rollout(failed_rollout, tmp_path_factory):
+    """Rolled out while 4 clients send requests back to back through the gateway: each box leaves
+    the router's rotation, finishes its requests, restarts, passes its gate and comes back."""
     del failed_rollout  # after it
-    return rollout(tmp_path_factory.mktemp("good"), {"vllm_max_num_seqs": 8})
+    with gateway_load() as load:
+        result, summary = rollout(tmp_path_factory.mktemp("good"), {"vllm_max_num_seqs": 8})
+    return result, summary, load
 
 
 def test_a_rollout_that_succeeds_everywhere(good_rollout):
-    result, summary = good_rollout
+    result, summary = good_rollout[:2]
     assert result.returncode == 0, result.stdout[-3000:]
     assert summary["complete"] is True
     hosts = by_host(summary)
@@ -180,6 +229,15 @@ def test_a_rollout_that_succeeds_everywhere(good_rollout):
         assert (flag(info, "--max-num-seqs"), flag(info, "--gpu-memory-utilization")) == ("8", "0.75")
         assert ["serve", *record(name)["argv"]] == info["Args"]
         assert serves(name)
+
+
+def test_the_rollout_lost_no_request_through_the_gateway(good_rollout):
+    result, load = good_rollout[0], good_rollout[2]
+    assert result.returncode == 0, result.stdout[-3000:]
+    # Each box was taken out of the router's rotation before its restart, and put back.
+    assert result.stdout.count("TASK [sparkfleet.serving.gateway : Take the box out of the gateways' rotation]") == 3
+    assert sorted(routed()) == sorted(f"http://{name}:8000" for name in BOXES)
+    assert load["failed"] == [] and load["ok"] > 30, load
 
 
 def test_rerunning_a_finished_rollout_changes_nothing(good_rollout):

@@ -1,7 +1,7 @@
 """Verify the gateway (roles/gateway) on fleet-1: nginx with TLS and the key swap, in front of
 vllm-router from its real wheel, the three boxes behind it. A client on fleet-2 talks to it
 as any client would (HTTPS, the gateway's certificate), and the boxes' own /metrics say which
-box served what.
+box served what. A rollout under load through it: test_fleet.py's rollout that succeeds everywhere.
 """
 
 from __future__ import annotations
@@ -9,35 +9,18 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
-import testinfra
 from spark_testinfra import recap_changed, run_playbook
+from test_fleet import BOXES, GATEWAY, GATEWAY_CA, GATEWAY_KEY, KEY, SITE, box, gateway_client
 
-GATEWAY = "https://fleet-1:8080"
-CLIENT_KEY = "sk-molecule-fleet-gateway"
-BOX_KEY = "sk-molecule-fleet-test"
-BOXES = ("fleet-1", "fleet-2", "fleet-3")
 ROUTER_METRICS = "http://127.0.0.1:29000/metrics"
-CA = "/root/sparkfleet-gateway-ca.pem"
-PROJECT = Path(__file__).resolve().parents[3]
-SITE = PROJECT / "site.yml"
-ROLLOUT = PROJECT / "playbooks" / "rollout.yml"
-LOAD = PROJECT / "molecule" / "resources" / "testinfra" / "gateway_load.py"
-
-
-def box(name: str):
-    return testinfra.get_host(f"docker://{name}")
 
 
 @pytest.fixture(scope="module")
 def client():
-    """fleet-2, trusting the gateway's certificate (copied from fleet-1, as a user would)."""
-    pem = box("fleet-1").check_output("cat /etc/ssl/certs/sparkfleet-gateway.pem")
-    host = box("fleet-2")
-    host.check_output(f"printf '%s\\n' '{pem}' > {CA}")
-    return host
+    """fleet-2, trusting the gateway's certificate."""
+    return gateway_client()
 
 
 def ask(client, key: str | None, path: str = "/v1/chat/completions", prompt: str = "through the gateway",
@@ -47,7 +30,7 @@ def ask(client, key: str | None, path: str = "/v1/chat/completions", prompt: str
     auth = f"-H 'Authorization: Bearer {key}'" if key else ""
     data = f"-H 'Content-Type: application/json' -d '{body}'" if method == "POST" else ""
     out = client.check_output(
-        f"curl -sS --max-time 30 --cacert {CA} -X {method} -D /root/gw-headers {auth} {data} "
+        f"curl -sS --max-time 30 --cacert {GATEWAY_CA} -X {method} -D /root/gw-headers {auth} {data} "
         f"-w '\\n%{{http_code}}' '{GATEWAY}{path}'; echo; cat /root/gw-headers")
     text, headers = out.split("\nHTTP/", 1)
     body_text, status = text.rsplit("\n", 1)
@@ -69,7 +52,7 @@ def router_metric(name: str, worker: str) -> float | None:
 def test_requests_with_the_key_reach_every_box(client):
     before = {name: served(name) for name in BOXES}
     for i in range(9):
-        status, headers, body = ask(client, CLIENT_KEY, prompt=f"request {i}")
+        status, headers, body = ask(client, GATEWAY_KEY, prompt=f"request {i}")
         assert status == 200, headers + body
         assert json.loads(body)["choices"][0]["message"]["content"]
     after = {name: served(name) for name in BOXES}
@@ -77,7 +60,7 @@ def test_requests_with_the_key_reach_every_box(client):
     assert {name: after[name] - before[name] for name in BOXES} == dict.fromkeys(BOXES, 3.0)
 
 
-@pytest.mark.parametrize("key", [None, "wrong", BOX_KEY], ids=["no key", "a wrong key", "the boxes' key"])
+@pytest.mark.parametrize("key", [None, "wrong", KEY], ids=["no key", "a wrong key", "the boxes' key"])
 def test_a_request_without_the_gateways_key_is_refused_at_the_gateway(client, key):
     before = {name: served(name) for name in BOXES}
     status, headers, body = ask(client, key)
@@ -89,19 +72,19 @@ def test_a_request_without_the_gateways_key_is_refused_at_the_gateway(client, ke
 
 
 def test_the_boxes_key_never_reaches_a_client_nor_the_routers_command_line(client):
-    status, headers, body = ask(client, CLIENT_KEY)
-    assert status == 200 and BOX_KEY not in headers + body
+    status, headers, body = ask(client, GATEWAY_KEY)
+    assert status == 200 and KEY not in headers + body
     gateway = box("fleet-1")
     site = gateway.file("/etc/nginx/conf.d/sparkfleet-gateway.conf")
     assert (site.user, site.group, site.mode) == ("root", "root", 0o600)
-    assert BOX_KEY in site.content_string
-    assert BOX_KEY not in gateway.check_output("ps -eo args; cat /etc/sparkfleet-gateway/*.env")
+    assert KEY in site.content_string
+    assert KEY not in gateway.check_output("ps -eo args; cat /etc/sparkfleet-gateway/*.env")
 
 
 @pytest.mark.parametrize(("method", "path"), [("POST", "/remove_worker?url=http://fleet-2:8000"),
                                               ("GET", "/list_workers"), ("GET", "/metrics")])
 def test_the_routers_administration_is_not_served(client, method, path):
-    assert ask(client, CLIENT_KEY, path=path, method=method)[0] == 404
+    assert ask(client, GATEWAY_KEY, path=path, method=method)[0] == 404
     # Nor is the router reachable past nginx: it listens on fleet-1's 127.0.0.1 only.
     assert client.run("curl -sS --max-time 5 http://fleet-1:30000/list_workers").rc != 0
 
@@ -123,13 +106,13 @@ def test_a_stopped_box_is_ejected_and_the_endpoint_keeps_answering(client):
     box("fleet-3").check_output("docker stop vllm")
     try:
         stopped = time.monotonic()
-        statuses = [ask(client, CLIENT_KEY, prompt=f"while fleet-3 is down {i}")[0] for i in range(9)]
+        statuses = [ask(client, GATEWAY_KEY, prompt=f"while fleet-3 is down {i}")[0] for i in range(9)]
         assert statuses == [200] * 9
         while router_metric("vllm_router_worker_health", "fleet-3") != 0:
             assert time.monotonic() - stopped < 60, "fleet-3 was never taken out of rotation"
             time.sleep(0.5)
         before = served("fleet-1") + served("fleet-2")
-        assert [ask(client, CLIENT_KEY, prompt=f"after the ejection {i}")[0] for i in range(4)] == [200] * 4
+        assert [ask(client, GATEWAY_KEY, prompt=f"after the ejection {i}")[0] for i in range(4)] == [200] * 4
         assert served("fleet-1") + served("fleet-2") - before == 4
     finally:
         box("fleet-3").check_output("docker start vllm")
@@ -139,7 +122,7 @@ def test_a_stopped_box_is_ejected_and_the_endpoint_keeps_answering(client):
         time.sleep(0.5)
     before = served("fleet-3")
     for i in range(6):
-        assert ask(client, CLIENT_KEY, prompt=f"fleet-3 is back {i}")[0] == 200
+        assert ask(client, GATEWAY_KEY, prompt=f"fleet-3 is back {i}")[0] == 200
     assert served("fleet-3") - before >= 1
 
 
@@ -148,39 +131,8 @@ def test_site_refuses_bad_gateway_settings_before_anything_changes():
     is provisioned with a gateway that would then be refused. (One case here, each a run of the
     check play; the others are the same path: tests/unit/plugins/plugin_utils/test_gateway.py.)"""
     words = "gateway_api_key is the boxes' own vllm_api_key (fleet-1, fleet-2, fleet-3)"
-    result = run_playbook(SITE, {"gateway_api_key": BOX_KEY})
+    result = run_playbook(SITE, {"gateway_api_key": KEY})
     # Failed results go to stderr where Molecule's environment sets ANSIBLE_DISPLAY_FAILED_STDERR.
     assert result.returncode != 0 and words in result.stdout + result.stderr
     assert "PLAY [Provision DGX Spark inference servers]" not in result.stdout
     assert recap_changed(result.stdout) == 0
-
-
-def routed(name: str) -> list[str]:
-    return json.loads(box("fleet-1").check_output("curl -fsS http://127.0.0.1:30000/list_workers"))["urls"]
-
-
-def test_a_rollout_under_load_through_the_gateway_loses_no_request(client, tmp_path):
-    """Constant load (4 clients back to back) through the gateway during a rollout that replaces
-    every box's container in three batches: each box leaves the router's rotation, finishes its
-    requests, restarts, passes its gate and comes back. Not one request fails."""
-    client.check_output(f"cat > /root/gateway_load.py <<'EOF'\n{LOAD.read_text()}\nEOF")
-    client.check_output("rm -f /root/load.stop /root/load.json && setsid nohup python3 /root/gateway_load.py "
-                        f"{GATEWAY} {CLIENT_KEY} {CA} qwen3.5-35b /root/load.stop /root/load.json 4 "
-                        ">/root/load.log 2>&1 < /dev/null &")
-    before = {name: json.loads(box(name).check_output("docker inspect vllm"))[0]["Id"] for name in BOXES}
-    summary = tmp_path / "summary.json"
-    try:
-        result = run_playbook(ROLLOUT, {"vllm_max_num_seqs": 12, "rollout_summary_file": str(summary)})
-    finally:
-        client.check_output("touch /root/load.stop")
-    deadline = time.monotonic() + 90
-    while not client.file("/root/load.json").exists:
-        assert time.monotonic() < deadline, client.check_output("cat /root/load.log")
-        time.sleep(0.5)
-    load = json.loads(client.check_output("cat /root/load.json"))
-    assert result.returncode == 0, result.stdout[-3000:]
-    # Every box was replaced, each taken out of the router's rotation first and put back.
-    assert all(json.loads(box(name).check_output("docker inspect vllm"))[0]["Id"] != before[name] for name in BOXES)
-    assert result.stdout.count("TASK [sparkfleet.serving.gateway : Take the box out of the gateways' rotation]") == 3
-    assert sorted(routed("fleet-1")) == sorted(f"http://{name}:8000" for name in BOXES)
-    assert load["failed"] == [] and load["ok"] > 30, load

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import struct
 import sys
@@ -130,6 +131,14 @@ def describe(path: str, content: bytes) -> dict[str, Any]:
     return entry
 
 
+def write_atomically(target: Path, content: bytes) -> None:
+    """Several test processes may generate one state directory at once (pytest-xdist's workers): a
+    file is renamed into place whole, so none of them ever reads another's half-written copy."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(content)
+    tmp.replace(target)
+
+
 def build_repo(repo: str, commits: list[dict[str, bytes]], blobs: Path, gated: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"gated": gated, "commits": {}, "history": []}
     parent = None
@@ -138,7 +147,7 @@ def build_repo(repo: str, commits: list[dict[str, bytes]], blobs: Path, gated: b
         for path, content in files.items():
             target = blobs / described[path]["sha256"]
             if not target.exists():
-                target.write_bytes(content)
+                write_atomically(target, content)
         tree = json.dumps([parent, described], sort_keys=True).encode()
         sha = hashlib.sha1(repo.encode() + b"\0" + tree, usedforsecurity=False).hexdigest()
         out["commits"][sha] = {"files": described, "parent": parent, "title": f"Upload revision {number}",
@@ -167,9 +176,7 @@ def generate(state_dir: Path) -> dict[str, Any]:
     gated = build_repo(GATED_REPO, gated_commits(), blobs, gated=True)
     gated["refs"] = {"branches": {"main": gated["history"][-1], "master": gated["history"][-1]}, "tags": {}}
     result = {"generator": source_hash, "token": STANDIN_TOKEN, "repos": {MODEL_REPO: model, GATED_REPO: gated}}
-    tmp = index_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1), encoding="utf-8")
-    tmp.replace(index_file)
+    write_atomically(index_file, json.dumps(result, indent=1).encode())
     return result
 
 
