@@ -147,7 +147,7 @@ def test_malformed_daemon_json_fails_and_is_left_byte_for_byte(host, converge):
     assert broken == good.replace(b'"live-restore": true', b'"live-restore": true,,')
     assert result.returncode != 0
     expected = f"{DAEMON_JSON} is not valid JSON: Expecting property name enclosed in double quotes at line"
-    assert expected in result.stdout + result.stderr
+    assert expected in result.output
     # It fails in the role's preflight, before anything is installed or changed.
     assert "Read the current daemon.json" in result.stdout.split("fatal:")[0].rsplit("TASK [", 1)[1]
     assert after == broken
@@ -168,5 +168,5 @@ def test_flag_in_a_drop_in_is_reported_as_a_conflict(host, converge):
         host.check_output(f"rm -f {dropin}")
     assert result.returncode != 0
     expected = "'registry-mirrors' is set in daemon.json and as the dockerd flag --registry-mirror"
-    assert expected in result.stdout + result.stderr
+    assert expected in result.output
     assert host.file(DAEMON_JSON).content == good

@@ -150,7 +150,7 @@ def test_the_failed_rollout_fails_the_run_and_says_why(failed_rollout):
     assert any("free memory" in why.lower() for why in hosts["fleet-2"]["why"]), hosts["fleet-2"]
     assert "--gpu-memory-utilization 0.75 -> 0.8" in hosts["fleet-1"]["changes"]
     assert "rolled back" in hosts["fleet-2"]["line"] and "not reached" in hosts["fleet-3"]["line"]
-    assert "The rollout stopped" in result.stdout + result.stderr
+    assert "The rollout stopped" in result.output
 
 
 def test_the_canary_went_first_and_runs_the_change(failed_rollout):

@@ -28,8 +28,18 @@ def set_memory(host, used_pct: float, proc: str = WATCHDOG_PROC) -> None:
     host.check_output(f"printf '{text}' > {proc}/.meminfo.new && mv {proc}/.meminfo.new {proc}/meminfo")
 
 
+class PlaybookRun(subprocess.CompletedProcess):
+    """An ansible-playbook run's result, with both of its streams as one text."""
+
+    @property
+    def output(self) -> str:
+        """stdout and stderr together: under Molecule, ansible-core 2.19 prints a failed task's message to
+        stderr and the rest to stdout, so a test looking for a message reads both."""
+        return self.stdout + self.stderr
+
+
 def run_playbook(playbook: Path, extra_vars: dict | None = None, limit: str | None = None,
-                 ) -> subprocess.CompletedProcess:
+                 check: bool = False) -> PlaybookRun:
     """ansible-playbook on the scenario's inventory with Molecule's environment.
 
     Results come one JSON document per task, so error messages are not re-wrapped as in
@@ -43,8 +53,11 @@ def run_playbook(playbook: Path, extra_vars: dict | None = None, limit: str | No
         command += ["--limit", limit]
     if extra_vars:
         command += ["--extra-vars", json.dumps(extra_vars)]
+    if check:
+        command.append("--check")
     command.append(str(playbook))
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
+    return PlaybookRun(done.args, done.returncode, done.stdout, done.stderr)
 
 
 def recap_changed(output: str) -> int:

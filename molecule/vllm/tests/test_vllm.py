@@ -202,7 +202,7 @@ def failure_records(host) -> Path:
     finally:
         host.run("rm -rf /srv/models/nvfp4 /srv/models/broken")
     # Every failure was rescued to be recorded: the run itself must have succeeded.
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert result.returncode == 0, result.output[-3000:]
     return records
 
 
@@ -239,7 +239,7 @@ def refusal_records(host) -> tuple[dict, dict, Path]:
     host.run("docker stop vllm")
     before = inspect(host)
     result, records = run_cases("refusals.yml", "vllm-refusals")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert result.returncode == 0, result.output[-3000:]
     return before, inspect(host), records
 
 
@@ -284,7 +284,7 @@ def test_an_archive_without_the_image_pinned_is_refused_before_it_is_copied(host
                           {"vllm_image": "sparkfleet-sim/vllm-openai:other", "vllm_image_id": other})
     assert result.returncode != 0
     # A failed task's result goes to stderr (the scenarios' callback).
-    output = result.stdout + result.stderr
+    output = result.output
     pinned = ARCHIVE.with_name(ARCHIVE.name + ".id").read_text().strip()
     assert (f"{ARCHIVE} on the controller holds {pinned} tagged sparkfleet-sim/vllm-openai:standin, not {other} "
             "tagged sparkfleet-sim/vllm-openai:other") in output
