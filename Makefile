@@ -92,7 +92,7 @@ images:
 # longest first, each to the lane that would end sooner. fleet and default, with its refusals
 # and the plain-clone test, are the longest and head one lane each. A scenario in neither lane
 # stops the run: none may be left out by accident.
-MOLECULE_LANE_1 ?= fleet vllm docker_runtime firewall link
+MOLECULE_LANE_1 ?= fleet vllm docker_runtime firewall
 MOLECULE_LANE_2 ?= default cluster model preflight watchdog
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 MOLECULE_UNLANED := $(filter-out $(MOLECULE_LANE_1) $(MOLECULE_LANE_2),$(MOLECULE_SCENARIOS))

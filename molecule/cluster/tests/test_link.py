@@ -1,8 +1,9 @@
-"""The link between two simulated Sparks as the link role left it, proved with real frames of 9000
-bytes; then the doctor on a link whose ends differ in MTU, the role putting it right, a wrong interface
+"""The cluster's ConnectX-7 link as the link role left it, proved with real frames of 9000 bytes; then
+the doctor on a link whose ends differ in MTU, the link playbook putting it right, a wrong interface
 name refused before any change, and the undo.
 
-The tests run in this order and share the boxes (each leaves them as the role made them, but the last).
+The tests run in this order and share the boxes, after the cluster's own (pytest runs this file last):
+each leaves them as the role made them, but the last, which takes the link down.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from spark_testinfra import recap_changed, run_playbook
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 SCENARIO = Path(__file__).resolve().parents[1]
-ADDRESS = {"link-spark-a": "192.168.100.10", "link-spark-b": "192.168.100.11"}
+# The link role alone, as a user sets up a cabled pair (molecule/cluster/converge.yml runs it among the others).
+LINK = SCENARIO.parents[1] / "playbooks" / "link.yml"
+ADDRESS = {"vc-spark-a": "192.168.100.10", "vc-spark-b": "192.168.100.11"}
 NETPLAN = "/etc/netplan/40-sparkfleet-link.yaml"
 NVIDIA = "/etc/netplan/40-cx7.yaml"
 BACKUP = "/var/lib/sparkfleet/link/netplan-replaced/40-cx7.yaml"
@@ -58,7 +61,7 @@ def test_netplan_file_holds_the_address_by_rank_and_mtu_9000():
 
 
 def test_nvidias_file_was_kept_aside():
-    a = box("link-spark-a")
+    a = box("vc-spark-a")
     assert not a.file(NVIDIA).exists
     assert "192.168.100.10/24" in a.file(BACKUP).content_string
 
@@ -70,13 +73,13 @@ def test_addresses_and_mtu_in_force():
 
 
 def test_frames_of_9000_bytes_pass_both_ways_over_the_new_addresses():
-    assert ping("link-spark-a", "link-spark-b") == 0
-    assert ping("link-spark-b", "link-spark-a") == 0
+    assert ping("vc-spark-a", "vc-spark-b") == 0
+    assert ping("vc-spark-b", "vc-spark-a") == 0
 
 
 def test_the_doctor_finds_the_link_ready_but_for_the_missing_roce_device():
     done = run_playbook(DOCTOR)
-    out = done.stdout + done.stderr
+    out = done.output
     assert done.returncode == 0, out[-3000:]
     assert recap_changed(done.stdout) == 0
     assert "WARNING roce enp1s0f1np1: no RoCE device under /sys/class/net/enp1s0f1np1/device/infiniband" in out
@@ -84,46 +87,45 @@ def test_the_doctor_finds_the_link_ready_but_for_the_missing_roce_device():
 
 
 def test_mtu_mismatch_found_by_the_doctor_with_its_fix_then_put_right_by_the_role():
-    box("link-spark-b").check_output("ip link set enp1s0f1np1 mtu 1500")
+    box("vc-spark-b").check_output("ip link set enp1s0f1np1 mtu 1500")
     # Small packets still pass: the link looks fine until a full frame is sent.
-    assert box("link-spark-a").run(f"ping -c 1 -W 1 -I enp1s0f1np1 {ADDRESS['link-spark-b']}").rc == 0
-    assert ping("link-spark-a", "link-spark-b") != 0
+    assert box("vc-spark-a").run(f"ping -c 1 -W 1 -I enp1s0f1np1 {ADDRESS['vc-spark-b']}").rc == 0
+    assert ping("vc-spark-a", "vc-spark-b") != 0
     done = run_playbook(DOCTOR)
-    out = done.stdout + done.stderr
+    out = done.output
     assert done.returncode != 0
-    assert "ERROR mtu enp1s0f1np1: MTU 1500 on link-spark-b enp1s0f1np1; expected 9000" in out
+    assert "ERROR mtu enp1s0f1np1: MTU 1500 on vc-spark-b enp1s0f1np1; expected 9000" in out
     assert "`sudo ip link set enp1s0f1np1 mtu 9000`" in out
-    assert ("the ends of 192.168.100.0/24 differ in MTU: link-spark-a enp1s0f1np1 9000, link-spark-b enp1s0f1np1 "
+    assert ("the ends of 192.168.100.0/24 differ in MTU: vc-spark-a enp1s0f1np1 9000, vc-spark-b enp1s0f1np1 "
             "1500") in out
-    assert ("ERROR ping enp1s0f1np1: link-spark-a enp1s0f1np1 -> link-spark-b 192.168.100.11: no answer to a "
+    assert ("ERROR ping enp1s0f1np1: vc-spark-a enp1s0f1np1 -> vc-spark-b 192.168.100.11: no answer to a "
             "don't-fragment ping") in out
-    # The netplan file did not change; the runtime did: the role applies it again on link-spark-b only.
-    fixed = run_playbook(SCENARIO / "converge.yml")
-    assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
-    assert cx7("link-spark-b")["mtu"] == 9000
-    assert ping("link-spark-a", "link-spark-b") == 0
-    assert changed_by_host(fixed.stdout) == {"link-spark-a": 0, "link-spark-b": 2}
+    # The netplan file did not change; the runtime did: the role applies it again on vc-spark-b only.
+    fixed = run_playbook(LINK)
+    assert fixed.returncode == 0, fixed.output[-3000:]
+    assert cx7("vc-spark-b")["mtu"] == 9000
+    assert ping("vc-spark-a", "vc-spark-b") == 0
+    assert changed_by_host(fixed.stdout) == {"vc-spark-a": 0, "vc-spark-b": 2}
     assert run_playbook(DOCTOR).returncode == 0
 
 
 def test_a_wrong_interface_name_is_refused_before_any_change():
     before = {name: (box(name).file(NETPLAN).content_string, ipv4(name)) for name in ADDRESS}
-    done = run_playbook(SCENARIO / "converge.yml", {"link_interfaces": ["enP2p1s0f1np1"]})
+    done = run_playbook(LINK, {"link_interfaces": ["enP2p1s0f1np1"]})
     assert done.returncode != 0
-    # Ansible prints a failed task's message to standard error here (ansible-core 2.19 under Molecule).
-    assert "link_interfaces names enP2p1s0f1np1, which link-spark-a does not have; found docker0, enp1s0f1np1, eth" \
-        in done.stdout + done.stderr
+    assert "link_interfaces names enP2p1s0f1np1, which vc-spark-a does not have; found docker0, enp1s0f1np1, eth" \
+        in done.output
     assert recap_changed(done.stdout) == 0
     assert {name: (box(name).file(NETPLAN).content_string, ipv4(name)) for name in ADDRESS} == before
 
 
 def test_undo_restores_what_was_there():
-    done = run_playbook(SCENARIO / "converge.yml", {"link_state": "absent"})
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    done = run_playbook(LINK, {"link_state": "absent"})
+    assert done.returncode == 0, done.output[-3000:]
     for name in ADDRESS:
         assert not box(name).file(NETPLAN).exists
-    a = box("link-spark-a")
+    a = box("vc-spark-a")
     assert a.file(NVIDIA).content_string.startswith("network:\n  version: 2\n")
     assert not a.file(BACKUP).exists
-    # networkd dropped what no file configures any more (link-spark-a's NVIDIA file gives it .10 again).
-    assert "192.168.100.11/24" not in ipv4("link-spark-b")
+    # networkd dropped what no file configures any more (vc-spark-a's NVIDIA file gives it .10 again).
+    assert "192.168.100.11/24" not in ipv4("vc-spark-b")
