@@ -43,8 +43,9 @@ def test_a_worker_has_its_rank_and_knows_its_head():
         "name": "pair1", "members": ["spark-b", "spark-a"], "head": "spark-b", "rank": 1, "role": "worker", "size": 2}
 
 
-@pytest.mark.parametrize(("host", "rank", "role"), [("spark-e", 0, "head"), ("spark-f", 1, "worker"),
-                                                     ("spark-g", 2, "worker")])
+@pytest.mark.parametrize(("host", "rank", "role"), [
+    ("spark-e", 0, "head"), ("spark-f", 1, "worker"), ("spark-g", 2, "worker"),
+])
 def test_every_member_of_a_larger_cluster_has_its_own_rank(host, rank, role):
     found = cluster_of(GROUPS, ["all", "spark", "clusters", "trio"], host)
     assert (found["head"], found["rank"], found["role"], found["size"]) == ("spark-e", rank, role, 3)
