@@ -15,7 +15,7 @@ as vLLM's documentation runs it (docs/serving/parallelism_scaling.md, "Running v
 MultiProcessing", 0.19.1). `--distributed-executor-backend mp` is not given: with --nnodes > 1
 on CUDA vLLM chooses mp by itself (vllm/config/parallel.py:711, ParallelConfig.__post_init__).
 Rank order is the order of the members given (the inventory group's order); rank 0 is the head,
-the only member with an API server.
+the only member with an API server (each member's head, rank and role: plugins/plugin_utils/cluster.py).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from typing import Any
+
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils import cluster
 
 # vLLM's default --master-port (vllm/config/parallel.py, ParallelConfig.master_port, 0.19.1).
 DEFAULT_MASTER_PORT = 29501
@@ -178,7 +180,7 @@ def _same_settings(members: list[str], settings: Any, errors: list[str]) -> None
         errors.append(f"member_settings: no settings for {', '.join(missing)}; give each member's vLLM settings, "
                       "image digest and model commit")
         return
-    head = members[0]
+    head = cluster.head(members)
     keys = sorted({key for m in members for key in settings[m]}, key=str)
     for key in keys:
         values = {m: settings[m].get(key) for m in members}
@@ -191,7 +193,7 @@ def _same_settings(members: list[str], settings: Any, errors: list[str]) -> None
 def _subnets(members: list[str], links: dict[str, dict[str, Any]], errors: list[str]) -> None:
     """The head's link address must be on every member's link subnet (the master address is
     where the workers connect), and no two members may share an address."""
-    head = members[0]
+    head = cluster.head(members)
     master = links[head]["address"].ip
     for member in members[1:]:
         network = links[member]["address"].network
@@ -216,11 +218,12 @@ def _environment(link: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def _argv(sizes: dict[str, int], rank: int, master: str, port: int) -> list[str]:
+def _argv(sizes: dict[str, int], place: dict[str, Any], master: str, port: int) -> list[str]:
     argv = ["--tensor-parallel-size", str(sizes["tensor"]), "--pipeline-parallel-size", str(sizes["pipeline"]),
-            "--nnodes", str(sizes["nnodes"]), "--node-rank", str(rank), "--master-addr", master,
+            "--nnodes", str(sizes["nnodes"]), "--node-rank", str(place["rank"]), "--master-addr", master,
             "--master-port", str(port)]
-    return argv + (["--headless"] if rank else [])
+    # A worker serves no API: only the head runs vLLM's API server.
+    return argv + (["--headless"] if place["role"] == cluster.WORKER else [])
 
 
 def _sizes(data: Mapping, members: list[str], errors: list[str]) -> dict[str, int]:
@@ -274,12 +277,15 @@ def plan(data: Mapping) -> dict[str, Any]:
         if not links[member]["roce"]:
             warnings.append(f"{member}: no RoCE port up; NCCL will move tensors over TCP sockets on "
                             f"{','.join(links[member]['interfaces'])}, far below the link's bandwidth")
-    master = str(links[members[0]]["address"].ip)
+    head = cluster.head(members)
+    master = str(links[head]["address"].ip)
+    places = {m: cluster.place(members, m) for m in members}
     return {
-        "head": members[0], "order": members, "nnodes": sizes["nnodes"],
+        "head": head, "order": members, "nnodes": sizes["nnodes"],
         "world_size": sizes["tensor"] * sizes["pipeline"],
         "tensor_parallel_size": sizes["tensor"], "pipeline_parallel_size": sizes["pipeline"],
         "master_addr": master, "master_port": port, "warnings": warnings,
-        "members": {m: {"rank": rank, "role": "worker" if rank else "head", "argv": _argv(sizes, rank, master, port),
-                        "env": _environment(links[m])} for rank, m in enumerate(members)},
+        "members": {m: {"rank": place["rank"], "role": place["role"],
+                        "argv": _argv(sizes, place, master, port), "env": _environment(links[m])}
+                    for m, place in places.items()},
     }

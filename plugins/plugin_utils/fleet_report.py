@@ -18,8 +18,9 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import cluster_of
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import WORKER, cluster_of_host
 
 UNKNOWN = "unknown"
 
@@ -187,8 +188,9 @@ def _memory_pct(gpu: dict) -> float | str:
 def status_row(raw: dict) -> dict:
     """One box's answers (see playbooks/status.yml) -> its row."""
     host = str(raw.get("host", UNKNOWN))
+    # The box's place as the vllm role publishes it (vllm_deployment.cluster: the cluster_of filter's answer).
     cluster = raw.get("cluster") if isinstance(raw.get("cluster"), dict) else {}
-    role = ("head" if cluster.get("head") == host else "worker") if cluster.get("name") else ""
+    role = str(cluster.get("role") or "") if cluster.get("name") else ""
     if not raw.get("reachable"):
         row = dict.fromkeys(ROW_FIELDS, UNKNOWN)
         row.update(host=host, reachable=False, error=str(raw.get("error") or "unreachable"))
@@ -210,14 +212,14 @@ def status_row(raw: dict) -> dict:
            **_model_identity(_json(raw.get("manifest")), record, legacy,
                              (container.get("Config") or {}).get("Labels") or {}),
            "deployed_at": record.get("deployed_at") or UNKNOWN,
-           "health": health_state(raw.get("health_status"), state) if role != "worker"
+           "health": health_state(raw.get("health_status"), state) if role != WORKER
            else f"no API (worker of {cluster['name']}, serves through {cluster.get('head')})",
            "cluster": str(cluster.get("name") or ""), "cluster_role": role,
            "memory_used_pct": _memory_pct(gpu), "watchdog": raw.get("watchdog_state") or UNKNOWN,
            "watchdog_last_action": last_watchdog_action(raw.get("watchdog_journal"))
            if raw.get("watchdog_journal") is not None else UNKNOWN,
            "firewall": firewall_state(raw.get("ufw_rc"), raw.get("ufw_stdout")), "watchdog_stop": stopped_by}
-    if stopped_by and role != "worker":
+    if stopped_by and role != WORKER:
         row["health"] = f"down ({stopped_by})"
     for key, name in METRICS.items():
         value = metrics.get(name)
@@ -238,11 +240,12 @@ def _merged(rows: list[dict], key: str) -> object:
     return "; ".join(f"{row['host']}: {_cell(value)}" for row, value in zip(rows, values, strict=True))
 
 
-def cluster_row(name: str, members: list[dict]) -> dict:
-    """A cluster's members' status rows (rank order, the head first) -> the cluster's row: what
-    its API says from the head, the rest merged, each member's container state, and health
-    down while a member's container does not run (its engine has lost a rank)."""
-    head = members[0]
+def cluster_row(cluster: Mapping[str, Any], members: list[dict]) -> dict:
+    """A cluster (cluster_of's answer) and its members' status rows (rank order) -> the cluster's
+    row: what its API says from the head, the rest merged, each member's container state, and
+    health down while a member's container does not run (its engine has lost a rank)."""
+    name = cluster["name"]
+    head = next(member for member in members if member["host"] == cluster["head"])
     row = {key: _merged(members, key) for key in ROW_FIELDS}
     row.update({key: head.get(key, UNKNOWN) for key in HEAD_ONLY})
     row.update(host=name, cluster=name, cluster_role="cluster", head=head["host"],
@@ -290,12 +293,12 @@ def status_units(rows: list[dict], groups: Mapping[str, Sequence[str]]) -> list[
     units: list[dict] = []
     seen: set[str] = set()
     for row in rows:
-        cluster = cluster_of(groups, [name for name, hosts in groups.items() if row["host"] in hosts])
+        cluster = cluster_of_host(groups, row["host"])
         if not cluster:
             units.append(row)
         elif cluster["name"] not in seen:
             seen.add(cluster["name"])
-            units.append(cluster_row(cluster["name"], [
+            units.append(cluster_row(cluster, [
                 by_host.get(member) or status_row({"host": member, "reachable": False,
                                                    "error": "not in this run (status_hosts)"})
                 for member in cluster["members"]]))

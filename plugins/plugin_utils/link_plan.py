@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The link role's plan and the doctor's view of a whole cluster, on the controller.
 
-plan(): the role's variables, the host's place in its cluster and what link_facts read on the box ->
+plan(): the role's variables, the host's place in its cluster (the cluster_of filter's answer: members,
+rank) and what link_facts read on the box ->
 either {"errors": [...]} (nothing on the box has changed yet) or the netplan document to write, the
 addresses it gives and the netplan files it replaces.
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from typing import Any
+
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils import cluster
 
 MIN_MTU = 1500
 # Netplan reads only files that root alone can read without a warning (netplan 0.106+: "Permissions
@@ -59,7 +62,8 @@ def host_numbers(data: Mapping[str, Any], errors: list[str]) -> dict[str, int]:
     """Every member's host number: its link_host_number, or link_first_host_number + its rank."""
     members = data["cluster"]["members"]
     numbers = {}
-    for rank, member in enumerate(members):
+    for member in members:
+        rank = cluster.place(members, member)["rank"]
         explicit = int(data["host_numbers"].get(member) or 0)
         number = explicit or int(data["first_host_number"]) + rank
         if not 1 <= number <= 254:
@@ -178,7 +182,7 @@ def plan(data: Mapping[str, Any]) -> dict:
         "replaced": replaced,
         "drift": drift(addresses, int(data["mtu"]), data["facts"]),
         "host_number": number,
-        "rank": data["cluster"]["members"].index(data["host"]),
+        "rank": data["cluster"]["rank"],
     }
 
 

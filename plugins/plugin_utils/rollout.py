@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import cluster_of
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import cluster_of_host
 
 GOOD = ("deployed", "unchanged", "would_deploy")
 STATES = {
@@ -46,13 +46,13 @@ class RolloutError(ValueError):
 
 
 def units(hosts: Sequence[str], groups: Mapping[str, Sequence[str]]) -> list[dict[str, Any]]:
-    """The rollout's units in the hosts' order: {"name", "members", "cluster"}; a cluster's
+    """The rollout's units in the hosts' order: {"name", "members", "head", "cluster"}; a cluster's
     members (rank order, the head first) must all be in hosts, next to each other."""
     found: list[dict[str, Any]] = []
     for index, host in enumerate(hosts):
-        cluster = cluster_of(groups, [name for name, members in groups.items() if host in members])
+        cluster = cluster_of_host(groups, host)
         if not cluster:
-            found.append({"name": host, "members": [host], "cluster": False})
+            found.append(box_unit(host))
             continue
         members = cluster["members"]
         if found and found[-1]["name"] == cluster["name"] and found[-1]["cluster"]:
@@ -68,8 +68,13 @@ def units(hosts: Sequence[str], groups: Mapping[str, Sequence[str]]) -> list[dic
                 f"play's host order ({', '.join(hosts)}), so no batch of Ansible's serial can hold the cluster "
                 f"whole: list them together in the inventory (a cluster's group under spark, before or after the "
                 f"other boxes)")
-        found.append({"name": cluster["name"], "members": list(members), "cluster": True})
+        found.append({"name": cluster["name"], "members": list(members), "head": cluster["head"], "cluster": True})
     return found
+
+
+def box_unit(host: str) -> dict[str, Any]:
+    """A box in no cluster as a unit: its own head."""
+    return {"name": host, "members": [host], "head": host, "cluster": False}
 
 
 def batch_size(value: object, total: int) -> int:
@@ -210,16 +215,17 @@ def unit_entry(unit: dict[str, Any], entries: dict[str, dict[str, Any]],
     """A box as its own entry; a cluster as one: the worst of its members' states, what its head
     runs and what changed on it, and why each member failed."""
     members = [entries[host] for host in unit["members"]]
+    head = entries[unit["head"]]
     if not unit["cluster"]:
-        return {"name": unit["name"], "cluster": False, "members": unit["members"], "head": unit["name"],
-                "state": members[0]["state"], "rolled_back": members[0]["rolled_back"], "line": members[0]["line"]}
-    head = members[0]
+        return {"name": unit["name"], "cluster": False, "members": unit["members"], "head": unit["head"],
+                "state": head["state"], "rolled_back": head["rolled_back"], "line": head["line"]}
     state = min((m["state"] for m in members), key=lambda s: WORST_FIRST.index(s) if s in WORST_FIRST else -1)
     entry = {**head, "state": state, "batch": next((m["batch"] for m in members if m["batch"]), None)}
     why = "; ".join(f"{m['host']}: {'; '.join(map(str, m['why']))} (in task: {m['failed_task']})"
                     for m in members if m["why"])
     errors = "; ".join(f"{m['host']}: {m['rollback_error']}" for m in members if m["rollback_error"])
-    title = f"cluster {unit['name']} ({head['host']} head, {', '.join(unit['members'][1:])})"
+    workers = [host for host in unit["members"] if host != unit["head"]]
+    title = f"cluster {unit['name']} ({head['host']} head, {', '.join(workers)})"
     return {"name": unit["name"], "cluster": True, "members": unit["members"], "head": head["host"],
             "state": state, "rolled_back": any(m["rolled_back"] for m in members),
             "line": describe(title, entry, outcomes.get(head["host"], {}).get("before") or {}, why, errors)}
@@ -230,7 +236,7 @@ def summarize(outcomes: dict[str, dict[str, Any]], hosts: list[str],
     """Every host of the rollout, in inventory order, and whether the rollout completed; with the
     inventory's groups, one line per unit (a cluster's members in one)."""
     entries = [host_entry(host, outcomes.get(host) or {}) for host in hosts]
-    found = units(hosts, groups) if groups else [{"name": h, "members": [h], "cluster": False} for h in hosts]
+    found = units(hosts, groups) if groups else [box_unit(host) for host in hosts]
     unit_entries = [unit_entry(unit, {e["host"]: e for e in entries}, outcomes) for unit in found]
     return {
         "complete": all(e["state"] in GOOD for e in entries),

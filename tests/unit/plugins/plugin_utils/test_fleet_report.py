@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import cluster_of_host
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import (
     BENCHMARK_COLUMNS,
     STATUS_COLUMNS,
@@ -259,13 +260,13 @@ def test_every_row_has_the_same_keys():
 
 GROUPS = {"all": ["spark-1", "head", "worker"], "spark": ["spark-1", "head", "worker"],
           "clusters": ["head", "worker"], "pair1": ["head", "worker"]}
-CLUSTER = {"name": "pair1", "members": ["head", "worker"], "head": "head"}
 
 
 def member(name: str, **overrides: object) -> dict:
-    # What status.yml gathers: a worker is not asked /health or /metrics (it serves no API).
+    # What status.yml gathers: a worker is not asked /health or /metrics (it serves no API); its
+    # cluster as the vllm role publishes it (vllm_deployment.cluster, the cluster_of filter's answer).
     worker = {"health_status": -1, "metrics": ""} if name == "worker" else {}
-    return status_row(raw(host=name, cluster=CLUSTER, **{**worker, **overrides}))
+    return status_row(raw(host=name, cluster=cluster_of_host(GROUPS, name), **{**worker, **overrides}))
 
 
 def test_a_worker_says_it_serves_no_api_and_its_head_is_healthy():

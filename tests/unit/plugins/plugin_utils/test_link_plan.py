@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkfleet.serving.plugins.filter import link as link_filters
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils import link_plan
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import cluster_of_host
 
 CX7 = [
     {"name": "enp1s0f1np1", "driver": "mlx5_core", "operstate": "up", "mtu": 1500, "ipv4": []},
@@ -19,11 +20,19 @@ CX7 = [
 ]
 
 
+# Two inventories: pair1 (spark-a the head, spark-b rank 1) and trio (spark-a, spark-b, spark-c).
+PAIR = {"spark": ["spark-a", "spark-b"], "clusters": ["spark-a", "spark-b"], "pair1": ["spark-a", "spark-b"]}
+TRIO = {"spark": ["spark-a", "spark-b", "spark-c"], "clusters": ["spark-a", "spark-b", "spark-c"],
+        "trio": ["spark-a", "spark-b", "spark-c"]}
+
+
 def inputs(**changes) -> dict:
-    """The role's defaults for spark-b, rank 1 of pair1, on a box as NVIDIA's playbook describes it."""
+    """The role's defaults for spark-b, rank 1 of pair1, on a box as NVIDIA's playbook describes it; the
+    cluster as roles/link/vars/main.yml gives it (the cluster_of filter's answer for the host)."""
+    host = changes.get("host", "spark-b")
     data = {
-        "host": "spark-b",
-        "cluster": {"name": "pair1", "members": ["spark-a", "spark-b"]},
+        "host": host,
+        "cluster": cluster_of_host(PAIR, host),
         "interfaces": [],
         "subnets": ["192.168.100.0/24", "192.168.101.0/24"],
         "host_numbers": {"spark-a": 0, "spark-b": 0},
@@ -52,7 +61,7 @@ def test_defaults_give_nvidias_addresses_by_rank():
     # Nothing in force yet: the handler must run even if the file were already there.
     assert "enp1s0f1np1: MTU 1500, expected 9000" in plan["drift"]
     head = link_plan.plan(inputs(host="spark-a"))
-    assert head["addresses"]["enp1s0f1np1"] == "192.168.100.10/24"
+    assert (head["rank"], head["addresses"]["enp1s0f1np1"]) == (0, "192.168.100.10/24")
 
 
 def test_no_drift_once_in_force():
@@ -68,7 +77,7 @@ def test_explicit_interfaces_and_host_number():
 
 
 def test_peers_are_the_other_members_addresses_on_each_link_subnet():
-    three = {"name": "trio", "members": ["spark-a", "spark-b", "spark-c"]}
+    three = cluster_of_host(TRIO, "spark-b")
     plan = link_plan.plan(inputs(cluster=three, host_numbers={"spark-a": 0, "spark-b": 0, "spark-c": 50}))
     assert plan["peers"] == {
         "enp1s0f1np1": {"spark-a": "192.168.100.10", "spark-c": "192.168.100.50"},

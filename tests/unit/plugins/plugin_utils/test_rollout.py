@@ -13,6 +13,7 @@ from ansible_collections.sparkfleet.serving.plugins.plugin_utils.rollout import 
     flag_values,
     serial_counts,
     summarize,
+    units,
 )
 
 # As ansible-inventory builds `groups`: two boxes alone and the cluster pair1 (head m1).
@@ -102,6 +103,19 @@ def test_batches_count_units_and_end_between_them(batches, hosts, serial):
     groups = {**GROUPS, "spark": hosts}
     assert serial_counts(batches, hosts, groups) == serial
     assert sum(serial) == len(hosts)
+
+
+def test_a_units_head_is_the_clusters_and_a_box_is_its_own():
+    # pair1's head is its first host in the inventory (m2 here), whatever the play's host order says.
+    groups = {**GROUPS, "pair1": ["m2", "m1"]}
+    assert units(["s1", "m1", "m2"], groups) == [
+        {"name": "s1", "members": ["s1"], "head": "s1", "cluster": False},
+        {"name": "pair1", "members": ["m2", "m1"], "head": "m2", "cluster": True}]
+    outcomes = {host: {"state": "deployed", "batch": 1, "before": record(OLD), "after": record(NEW)}
+                for host in ("m1", "m2")}
+    summary = summarize(outcomes, ["m1", "m2"], groups)
+    assert summary["units"][0]["head"] == "m2"
+    assert summary["lines"][0].startswith("cluster pair1 (m2 head, m1): deployed")
 
 
 def test_members_apart_in_the_host_order_are_refused():
