@@ -253,10 +253,36 @@ def test_playbooks_read_roles_only_through_their_published_results(playbook: Pat
     )
 
 
+def copied_defaults(text: str, own: str) -> set[str]:
+    """Other roles' options a role's text gives a default of its own instead of the owner's
+    (`'vllm_port' | sparkfleet.serving.role_default('vllm')`, read from the owning role's defaults).
+    Only options whose owner's default is literal: role_default refuses a template (vllm_model's
+    default is rendered from the vllm role's profiles)."""
+    names = {name for role in ROLES if role.name != own
+             for name, value in (load(role / "defaults/main.yml") or {}).items()
+             if "{{" not in str(value) and "{%" not in str(value)}
+    found = re.finditer(
+        r"(?<![\w.])([a-z][a-z0-9_]*)\s*\|\s*default\((?!\s*'\1'\s*\|\s*sparkfleet\.serving\.role_default\()", text)
+    return {m.group(1) for m in found if m.group(1) in names}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_roles_copy_no_other_roles_defaults(role: Path):
+    files = [*role_files(role), role / "meta/argument_specs.yml"]
+    wrong = {f"{p.relative_to(ROOT)}: {name}" for p in files if p.is_file()
+             for name in copied_defaults(p.read_text(encoding="utf-8"), role.name)}
+    assert wrong == set(), "a second copy of another role's default: read it with sparkfleet.serving.role_default"
+
+
 def test_the_one_owner_rules_can_fail():
     assert foreign_internal_names("{{ __model_plan.files }} {{ __vllm_x }}", "vllm") == {"__model_plan"}
     assert restated_defaults("{{ vllm_port | default(8000) }} {{ item.vllm_port | default(1) }} {{ x | default(1) }}") \
         == {"vllm_port"}
+    text = "{{ vllm_port | default(8000) }} {{ registry_cache_port | default('registry_cache_port' | x) }}"
+    assert copied_defaults(text, "firewall") == {"vllm_port", "registry_cache_port"}
+    assert copied_defaults("{{ vllm_port | default('vllm_port' | sparkfleet.serving.role_default('vllm')) }}",
+                           "firewall") == set()
+    assert copied_defaults("{{ vllm_port | default(8000) }}", "vllm") == set()
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)

@@ -158,3 +158,77 @@ def test_a_limit_run_on_one_box_keeps_every_boxs_fleet_rules():
     assert {name: fleet_rules(name) for name in ("fw-spark", "fw-peer")} == before
     assert api("fw-peer") == "200"
     assert api("fw-peer", "6") == "200"
+
+
+PUBLISH = Path(__file__).parents[1] / "publish.yml"
+# Ports of the box that nothing listens on: a refused connection means ufw let it through.
+SEED_PORT = 8091
+
+
+def reach(client: str, side: str, port: int) -> str:
+    """'blocked' when ufw drops the connection (it times out), 'open' when the box answers, even with a refusal
+    (nothing listens there: ufw let it through)."""
+    result = box(client).run(f"curl -s -o /dev/null --connect-timeout 3 -m 5 http://{SPARK[side]}:{port}/")
+    assert result.rc in (0, 7, 28, 52, 56), f"{client} -> {port}: curl exit {result.rc} {result.stderr}"
+    return "blocked" if result.rc == 28 else "open"
+
+
+def ufw_status() -> str:
+    return box("fw-spark").check_output("ufw status")
+
+
+def publish(rules: list[dict], owner: str = "gateway", check: bool = False):
+    run = run_playbook(PUBLISH, {"publish_owner": owner, "publish_rules": rules}, check=check)
+    assert run.returncode == 0, run.stdout[-3000:]
+    return run
+
+
+def test_published_ports_open_with_their_owners_mark_and_unpublished_ones_close():
+    gateway = [{"port": 8443, "sources": ["10.231.61.0/24"], "purpose": "API"},
+               {"port": 8444, "sources": ["any"], "purpose": "API"}]
+    # Rules the gateway and the model role wrote themselves before the firewall owned them.
+    box("fw-spark").check_output("ufw allow 8444/tcp comment 'sparkfleet gateway: API 8444/tcp from any'")
+    box("fw-spark").check_output(
+        f"ufw allow from 10.231.62.20 to any port {SEED_PORT} proto tcp comment 'sparkfleet.serving.model: LAN copy'")
+    foreign = ufw_status().count("made by hand")
+    # Check mode says what it would add and remove, and changes nothing.
+    before = box("fw-spark").check_output("ufw show added")
+    dry = publish(gateway, check=True)
+    assert "sparkfleet.serving.firewall gateway: API allow 8443/tcp from 10.231.61.0/24" in dry.stdout
+    assert "sparkfleet gateway: API 8444/tcp from any" in dry.stdout
+    assert box("fw-spark").check_output("ufw show added") == before
+
+    first = publish(gateway)
+    assert recap_changed(first.stdout) > 0
+    status = ufw_status()
+    mark = r"# sparkfleet\.serving\.firewall gateway: API allow 8443/tcp"
+    assert re.search(rf"^8443/tcp +ALLOW +10\.231\.61\.0/24 +{mark}", status, re.M), status
+    assert "# sparkfleet.serving.firewall gateway: API allow 8444/tcp from any" in status
+    assert "sparkfleet gateway:" not in status
+    assert reach("fw-client-ok", "lan-a", 8443) == "open"
+    assert reach("fw-client-no", "lan-b", 8443) == "blocked"
+    # Idempotent.
+    assert recap_changed(publish(gateway).stdout) == 0
+
+    # A port no longer published is closed; the model's old rule is not the gateway's.
+    publish(gateway[1:])
+    status = ufw_status()
+    assert "8443" not in status
+    assert "gateway: API allow 8444/tcp" in status
+    assert "sparkfleet.serving.model: LAN copy" in status
+    assert reach("fw-client-ok", "lan-a", 8443) == "blocked"
+
+    # The model's seed: open while published, then every rule of it (the old mark too) gone.
+    publish([{"port": SEED_PORT, "sources": ["10.231.62.20"], "purpose": "LAN copy of the weights"}], owner="model")
+    seed = f"sparkfleet.serving.firewall model: LAN copy of the weights allow {SEED_PORT}/tcp from 10.231.62.20/32"
+    assert seed in ufw_status()
+    assert "sparkfleet.serving.model: LAN copy" not in ufw_status()
+    assert reach("fw-peer", "lan-b", SEED_PORT) == "open"
+    publish([], owner="model")
+    publish([])
+    status = ufw_status()
+    assert "sparkfleet.serving.firewall gateway:" not in status and "firewall model:" not in status
+    assert reach("fw-peer", "lan-b", SEED_PORT) == "blocked"
+    # The firewall's own rules and the hand-made one are still there.
+    assert "# sparkfleet.serving.firewall: ssh allow" in status
+    assert status.count("made by hand") == foreign

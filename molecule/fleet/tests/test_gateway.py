@@ -136,3 +136,14 @@ def test_site_refuses_bad_gateway_settings_before_anything_changes():
     assert result.returncode != 0 and words in result.output
     assert "PLAY [Provision DGX Spark inference servers]" not in result.stdout
     assert recap_changed(result.stdout) == 0
+
+
+def test_the_gateways_port_is_open_in_ufw_as_the_firewall_roles_rule_for_the_gateway():
+    """The gateway publishes its ports through the firewall role (tasks_from: publish): the rule carries the
+    owner's mark, and no rule of the gateway's own old mark is left."""
+    port = GATEWAY.rsplit(":", 1)[1]
+    status = box("fleet-1").check_output("ufw status")
+    assert "Status: active" in status
+    mark = rf"# sparkfleet\.serving\.firewall gateway: API allow {port}/tcp from any"
+    assert re.search(rf"^{port}/tcp +ALLOW +Anywhere +{mark}$", status, re.M), status
+    assert "sparkfleet gateway:" not in status
