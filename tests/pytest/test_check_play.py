@@ -53,6 +53,9 @@ NEEDS_THE_BOX = {
     "vllm_rollback_target": "the deployment record on the box, for the diagnosis of a member's log",
     "vllm_state_dir": "the deployment record on the box, for the diagnosis of a member's log",
     "watchdog_python": "whether the interpreter exists on the box and systemd runs (one file_info call)",
+    # Set by the role that publishes its ports (gateway, model), from what that role computes as it runs.
+    "firewall_publish_owner": "given by the publishing role as it runs, not by the inventory",
+    "firewall_publish_rules": "the publishing role's ports, computed as it runs (gateway routes, seed peers)",
 }
 REFUSALS = load(ROOT / "molecule/default/files/refusals.yml")
 
