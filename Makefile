@@ -89,11 +89,11 @@ images:
 # waiting (systemd and the inner Docker engines starting, health gates, downloads), so two
 # lanes fit on two cores; each scenario's boxes, networks and hub have names of their own.
 # The lanes are balanced by the scenarios' times in CI (each lane line of its log has the time):
-# longest first, each to the lane that would end sooner. fleet and default, with its refusals
-# and the plain-clone test, are the longest and head one lane each. A scenario in neither lane
-# stops the run: none may be left out by accident.
-MOLECULE_LANE_1 ?= fleet vllm docker_runtime firewall
-MOLECULE_LANE_2 ?= default cluster model preflight watchdog
+# longest first, each to the lane that would end sooner. fleet, with its refusals, the plain-clone
+# and power-loss tests, is the longest by far and has a lane nearly to itself. A scenario in
+# neither lane stops the run: none may be left out by accident.
+MOLECULE_LANE_1 ?= fleet preflight watchdog
+MOLECULE_LANE_2 ?= cluster vllm model firewall docker_runtime
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 MOLECULE_UNLANED := $(filter-out $(MOLECULE_LANE_1) $(MOLECULE_LANE_2),$(MOLECULE_SCENARIOS))
 molecule: link images
@@ -102,13 +102,20 @@ molecule: link images
 
 # One lane: its scenarios one after the other, each line prefixed with the scenario's name and
 # the time (what CI's log then says of where a lane's time goes); the lane stops at its first
-# failing scenario (the other lane runs to its end).
+# failing scenario (the other lane runs to its end). A CI log may keep only its end: a failing
+# scenario's failed tests and tasks are repeated after its last line, from its log in
+# MOLECULE_LOG_DIR.
+MOLECULE_LOG_DIR ?= /tmp/sparkfleet-molecule-logs/$(notdir $(CURDIR))
+MOLECULE_FAILURES := (FAILED|ERROR) tests/|fatal: \[|failed: \[|^E {2}
 molecule-lane-%:
-	@for scenario in $(MOLECULE_LANE_$*); do \
-	    started=$$(date +%s); \
-	    molecule test -s $$scenario 2>&1 \
+	@mkdir -p $(MOLECULE_LOG_DIR); \
+	for scenario in $(MOLECULE_LANE_$*); do \
+	    started=$$(date +%s); log=$(MOLECULE_LOG_DIR)/$$scenario.log; \
+	    molecule test -s $$scenario 2>&1 | tee $$log \
 	        | while IFS= read -r line || [ -n "$$line" ]; do printf '[%s %(%T)T] %s\n' "$$scenario" -1 "$$line"; done \
-	        || { echo "[$$scenario] FAILED after $$(( $$(date +%s) - started )) s"; exit 1; }; \
+	        || { sed 's/\x1b\[[0-9;]*m//g; s/^ *│ *//' $$log | grep -a -E -A 4 --no-group-separator '$(MOLECULE_FAILURES)' | tail -n 80 \
+	                 | sed "s/^/[$$scenario] what failed: /"; \
+	             echo "[$$scenario] FAILED after $$(( $$(date +%s) - started )) s (whole log: $$log)"; exit 1; }; \
 	    echo "[$$scenario] passed in $$(( $$(date +%s) - started )) s"; \
 	done
 
@@ -134,8 +141,9 @@ importer: collection
 	    $(INSTALL_DIR)/dist/sparkfleet-serving-$$(sed -n 's/^version: //p' $(CURDIR)/galaxy.yml).tar.gz
 
 # The main job against simulated Sparks, for when there is no real one: builds the test-bed
-# image, starts the default scenario's simulated Sparks, runs the site playbook on them, prints
-# the fleet's status table and one request answered by each box (tests/testbed/demo.sh). They
+# image, starts the fleet scenario's simulated Sparks, runs the site playbook on them, prints
+# the fleet's status table and one request answered by each box and by the gateway
+# (tests/testbed/demo.sh). They
 # stay up for you to look at until `make demo-clean`.
 demo: setup link
 	tests/testbed/demo.sh

@@ -3,9 +3,9 @@
 
 Starts its own simulated Sparks (containers sp-1, sp-2, sp-3 of the test-bed image, with
 the container settings of molecule/resources/create.yml, on a network of their own),
-prepares them as the default Molecule scenario does (molecule/resources/prepare-vllm.yml,
-with that scenario's variables), then measures from the repository root, with the
-repository's ansible.cfg (what users get):
+prepares them as the Molecule scenarios do (molecule/resources/prepare-vllm.yml, with the
+fleet scenario's Spark variables, the stand-in image staged in each box), then measures
+from the repository root, with the repository's ansible.cfg (what users get):
 
 - converge: site.yml on a fresh box, over SSH (image builds and preparation excluded);
 - no-op re-run of one box and of three boxes, over SSH (as users connect: the `nvidia`
@@ -82,13 +82,21 @@ def container_settings() -> dict[str, Any]:
     return plays[0]["vars"]["create_simspark_defaults"]
 
 
+# The fleet scenario pulls the stand-in image through a registry cache; the benchmark starts no
+# registry: each box has the image staged (as prepare-vllm.yml does by default) and never pulls.
+# A mirror is configured as a user would; nothing is pulled.
+PULL_VARS = ("fleet_upstream_dir", "vllm_image_digest", "vllm_image_id", "prepare_stage_image")
+STAGED_IMAGE_VARS = {"vllm_image": "sparkfleet-sim/vllm-openai:standin", "vllm_image_pull": False,
+                     "docker_registry_mirrors": ["https://mirror.sparkfleet.test"]}
+
+
 def scenario_vars() -> dict[str, Any]:
-    """The default scenario's inventory variables: the same box as `molecule test -s default`."""
+    """The fleet scenario's Spark variables (as `molecule test -s fleet` gives them), the image staged."""
     base = yaml.safe_load((ROOT / ".config/molecule/config.yml").read_text())
-    scenario = yaml.safe_load((ROOT / "molecule/default/molecule.yml").read_text())
+    scenario = yaml.safe_load((ROOT / "molecule/fleet/molecule.yml").read_text())
     variables = dict(base["provisioner"]["inventory"]["group_vars"]["all"])
     variables.update(scenario["provisioner"]["inventory"]["group_vars"]["spark"])
-    return variables
+    return {key: value for key, value in variables.items() if key not in PULL_VARS} | STAGED_IMAGE_VARS
 
 
 def docker_run_argv(name: str, image: str, settings: dict[str, Any], network: str = NETWORK) -> list[str]:
@@ -217,7 +225,7 @@ def prepare_boxes(runner: Runner, names: list[str], work: Path, key: Path) -> No
     start_boxes(names, image, key.with_suffix(".pub").read_text())
     docker_all = write_inventory(work / "docker-all.yml", names, "docker", {}, key)
     molecule_env = {"MOLECULE_PROJECT_DIRECTORY": str(runner.tree)}
-    # The default scenario's model role downloads from the stand-in model hub
+    # The fleet scenario's model role downloads from the stand-in model hub
     # (tests/testbed/hub-standin), which Molecule starts on the scenario's network.
     runner.playbook(docker_all, "molecule/resources/hub-standin.yml", "hub", molecule_env,
                     ["-e", f"hub_standin_network={NETWORK}", "-e", f"hub_standin_name={HUB}"])

@@ -2,8 +2,8 @@
 """Benchmark of a simulated Spark coming back from a power cut or a reboot (a script kept in the repository, not
 a test).
 
-Takes a box that serves vLLM as site.yml left it (a simulated Spark of the default Molecule scenario after
-`molecule converge`, or any container of molecule/resources/create.yml's kind), cuts its power (`docker kill`:
+Takes a box that serves vLLM as site.yml left it (a simulated Spark of the fleet Molecule scenario after
+`molecule converge -s fleet`, or any container of molecule/resources/create.yml's kind), cuts its power (`docker kill`:
 every process at once, then `docker start`) or reboots it (`docker restart`: systemd's clean shutdown), and
 measures from the moment the command is given to the first chat completion the box serves:
 
@@ -17,7 +17,7 @@ The stand-in's own share is the time from its container's start to its first /he
 VLLM_STANDIN_STARTUP_SECONDS (the container's environment, shown) plus its Python start; a real vLLM spends
 minutes there loading the weights, the rest of the figure is the box's.
 
-    python3 benchmarks/power_loss.py --box spark-1 --key sk-molecule-site-test [--trials 3]
+    python3 benchmarks/power_loss.py --box fleet-2 --key sk-molecule-fleet-test [--trials 3]
         [--mode power-cut|reboot] [--json FILE]
 
 The box must serve when it starts and serves again after each trial; each trial waits for that (--timeout).

@@ -32,7 +32,7 @@ BLOCK_NAME = f"{MARKER} DOCKER-USER"
 IPV6_REGEXP, IPV6_LINE = "^IPV6=", "IPV6=yes"
 # At boot ufw.service loads the rules (Before=network-pre.target) and docker.service starts after
 # network-online.target: the two are ordered only through network.target, which only a network manager pulls
-# in: without one, the two start side by side (molecule/default/tests/test_site_power_loss.py saw Docker start
+# in: without one, the two start side by side (molecule/fleet/tests/test_site_power_loss.py saw Docker start
 # before ufw had loaded its rules on a Debian 12 box). This drop-in orders them on every box, so that neither a
 # host-network container (vLLM) nor a published port is reachable before the firewall holds.
 DOCKER_ORDER_UNIT = (

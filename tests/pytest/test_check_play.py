@@ -5,8 +5,8 @@
 - every assert or fail a role runs in site.yml on a role variable is on the check play's path
   too, or is listed below as needing the box as the roles leave it (guard: a new check that the
   check play does not run fails here);
-- every variable checked on that path has a bad value in molecule/default/files/refusals.yml, which
-  the default scenario feeds to site.yml on a fresh simulated Spark (refused in the check play,
+- every variable checked on that path has a bad value in molecule/fleet/files/refusals.yml, which
+  the fleet scenario feeds to site.yml on a fresh simulated Spark (refused in the check play,
   with the message, changed=0), or a reason in its `not_refusable`;
 - the firewall's input check reads exactly the plan's inputs that are its variables (that it
   refuses what the plan refuses, without the box: tests/unit/plugins/plugin_utils/test_firewall_plan.py).
@@ -57,7 +57,7 @@ NEEDS_THE_BOX = {
     "firewall_publish_owner": "given by the publishing role as it runs, not by the inventory",
     "firewall_publish_rules": "the publishing role's ports, computed as it runs (gateway routes, seed peers)",
 }
-REFUSALS = load(ROOT / "molecule/default/files/refusals.yml")
+REFUSALS = load(ROOT / "molecule/fleet/files/refusals.yml")
 
 
 def test_check_play_runs_every_site_role_first() -> None:
@@ -91,7 +91,7 @@ def test_every_checked_variable_has_a_bad_value_in_the_refusal_cases() -> None:
     on_path = set(checked_variables(check_play_files(), conditions_only=True)) - set(NEEDS_THE_BOX)
     covered = {name for case in REFUSALS["cases"] for name in case["set"]}
     excused = set(REFUSALS["not_refusable"])
-    assert sorted(on_path - covered - excused) == [], "add a case to molecule/default/files/refusals.yml"
+    assert sorted(on_path - covered - excused) == [], "add a case to molecule/fleet/files/refusals.yml"
     assert sorted(covered & excused) == []
     assert sorted((covered | excused) - set(role_options())) == [], "cases name variables no role has"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make demo`: simulated DGX Sparks (the default Molecule scenario's platforms) provisioned
-# by the site playbook, then the fleet's status table and one request answered by each box.
+# `make demo`: three simulated DGX Sparks (the fleet Molecule scenario's platforms; fleet-1 is also
+# the gateway, the image cache and Prometheus) provisioned by the site playbook, then the fleet's
+# status table, one request answered by each box and one through the gateway.
 # `make demo-clean` (this script with `clean`) removes them. Molecule keeps its state in
 # DEMO_STATE (default .demo/ in the checkout), so that both find the same boxes.
 #
@@ -16,7 +17,7 @@ inventory=$MOLECULE_EPHEMERAL_DIRECTORY/inventory
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 if [ "${1:-}" = clean ]; then
-    molecule destroy -s default
+    molecule destroy -s fleet
     rm -rf "$MOLECULE_EPHEMERAL_DIRECTORY"
     exit 0
 fi
@@ -24,11 +25,11 @@ fi
 converge_s=
 if [ "${1:-}" != show ]; then
     say "Simulated Sparks: create, prepare (the test bed's image is built once, cached by hash)"
-    molecule create -s default
-    molecule prepare -s default --force
+    molecule create -s fleet
+    molecule prepare -s fleet --force
     say "The site playbook against them (ansible-playbook site.yml)"
     start=$SECONDS
-    molecule converge -s default
+    molecule converge -s fleet
     converge_s=" (site playbook: $((SECONDS - start)) s)"
 fi
 
@@ -64,11 +65,33 @@ except (ValueError, KeyError, IndexError, TypeError) as exc:
     printf '  %-10s %s\n' "$host:" "$reply"
 done
 
+# The gateway (roles/gateway): HTTPS with its own certificate, its own key, any box behind it.
+gateways=$(ansible-inventory -i "$inventory" --list | python3 -c '
+import json, sys
+print(" ".join(json.load(sys.stdin).get("gateway", {}).get("hosts", [])))')
+for gateway in $gateways; do
+    vars=$(ansible-inventory -i "$inventory" --host "$gateway")
+    read -r key port cert < <(python3 -c 'import json, sys; v = json.load(sys.stdin)
+print(v.get("gateway_api_key", ""), v.get("gateway_port", 8080), v.get("gateway_tls_certificate", ""))' <<<"$vars")
+    body=$(printf '{"model": "qwen3.5-35b", "max_tokens": 32, "messages": [{"role": "user", "content": "Hello through %s"}]}' \
+        "$gateway")
+    answer=$(printf 'Authorization: Bearer %s\n' "$key" | docker exec -i "$gateway" curl -sS --max-time 60 \
+        --cacert "$cert" -H @- -H 'Content-Type: application/json' -d "$body" \
+        "https://127.0.0.1:$port/v1/chat/completions")
+    reply=$(python3 -c '
+import json, sys
+try:
+    print(json.loads(sys.stdin.read())["choices"][0]["message"]["content"])
+except (ValueError, KeyError, IndexError, TypeError) as exc:
+    print(f"no answer ({exc!r})")' <<<"$answer")
+    printf '  %-10s %s\n' "gateway:" "$reply"
+done
+
 first=${hosts%% *}
 cat <<EOF
 
 Up: ${hosts// /, }${converge_s}. The boxes are containers, vLLM in them is a stand-in.
-  log in:     docker exec -it $first bash          (or: MOLECULE_EPHEMERAL_DIRECTORY=$MOLECULE_EPHEMERAL_DIRECTORY molecule login -s default -h $first)
+  log in:     docker exec -it $first bash          (or: MOLECULE_EPHEMERAL_DIRECTORY=$MOLECULE_EPHEMERAL_DIRECTORY molecule login -s fleet -h $first)
   re-run:     make demo                            (converges again: nothing changes)
               tests/testbed/demo.sh show           (this table and the requests again)
               ansible-playbook -i $inventory site.yml

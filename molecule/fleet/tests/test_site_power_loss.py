@@ -1,16 +1,16 @@
-"""Power loss and a Docker engine restart on the boxes test_site.py verified, with no Ansible run in between.
+"""Power loss and a Docker engine restart on the fleet's boxes, with no Ansible run in between.
 
-Molecule runs the test files in sorted order: this one after test_site.py, on the boxes it left. The tests
+Molecule runs the test files in sorted order: this one last, on the boxes the others left serving. The tests
 run in this order and share the boxes.
 
-1. spark-1's Docker engine alone stops and starts again: with `live-restore` (the docker role's
+1. fleet-2's Docker engine alone stops and starts again: with `live-restore` (the docker role's
    daemon.json) the vLLM container keeps its process and answers before, while the engine is down, and after.
-2. spark-1 loses power (every process of the box killed at once, then the box started: systemd boots again):
+2. fleet-2 loses power (every process of the box killed at once, then the box started: systemd boots again):
    Docker comes up, the vLLM container comes back by itself (unless-stopped) and answers a real chat
    completion; ufw had loaded its rules before Docker started (the firewall role orders docker.service after
    ufw.service) and its DOCKER-USER block is in force when the API first answers; the memory watchdog runs
    with its configuration; the weights are the bytes the manifest lists.
-3. spark-2's memory watchdog stops its container, then spark-2 reboots (`docker restart`: a clean shutdown):
+3. fleet-3's memory watchdog stops its container, then fleet-3 reboots (`docker restart`: a clean shutdown):
    the container stays stopped (Docker recorded a manual stop), the watchdog's record survives (its
    StateDirectory, under /var/lib) and playbooks/status.yml says why; an operator's `docker start` brings it
    back and the watchdog clears the record.
@@ -30,10 +30,11 @@ from pathlib import Path
 import testinfra
 import yaml
 from spark_testinfra import inspect_container, run_playbook, set_memory
-from test_site import API, KEY, MODEL_DIR, SERVED
+from test_converged import API, KEY, MODEL_DIR, SERVED
 
-# The scenario's boxes (molecule.yml): spark-2's watchdog reads a meminfo file the tests rewrite.
-SERVING, WATCHED = "spark-1", "spark-2"
+# The scenario's boxes (molecule.yml): fleet-3's watchdog reads a meminfo file the tests rewrite. fleet-1,
+# the gateway, the cache and Prometheus, is left alone: the boxes' own recovery is what is tested here.
+SERVING, WATCHED = "fleet-2", "fleet-3"
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 PROJECT = Path(__file__).resolve().parents[3]
 WATCHDOG_UNIT = "sparkfleet-watchdog.service"

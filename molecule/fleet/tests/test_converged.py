@@ -1,6 +1,7 @@
-"""Verify the boxes as site.yml left them: every role's result on each of two simulated Sparks,
-from the weights (spark-1 from the stand-in hub, spark-2 from spark-1) up to the vLLM API
-answering with the shipped profile."""
+"""Verify the boxes as site.yml left them, before anything else runs on them (this file sorts first):
+every role's result on each of the three simulated Sparks, from the weights (fleet-1 from the stand-in
+hub, the others from fleet-1) and the image (through fleet-1's cache) up to the vLLM API answering with
+the shipped profile."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 
 from spark_testinfra import golden_vllm_argv, inspect_container
 
-KEY = "sk-molecule-site-test"
+KEY = "sk-molecule-fleet-test"
 SERVED = "qwen3.5-35b"
 API = "http://127.0.0.1:8000"
-MIRRORS = ["https://mirror.sparkfleet.test"]
+# The fleet's pull-through cache (roles/registry_cache on fleet-1), the docker role's default mirror.
+MIRRORS = ["http://fleet-1:5000"]
 
 
 def daemon_json(host) -> dict:
@@ -75,11 +77,12 @@ def test_vllm_api_refuses_a_request_without_the_key(host):
     assert status == "401"
 
 
-# --- the weights: spark-1 from the stand-in hub, spark-2 from spark-1 over the LAN ---------------
+# --- the weights: fleet-1 from the stand-in hub, the others from fleet-1 over the LAN ------------
 
 MODEL_DIR = "/srv/models/Qwen3.5-35B-A3B-FP8"
 HUB = "http://hub.sparkfleet.test"
-TIMINGS = Path("/tmp/sparkfleet-molecule-timings/default.json")
+SEED = "fleet-1"
+TIMINGS = Path("/tmp/sparkfleet-molecule-timings/fleet.json")
 
 
 def manifest(host) -> dict:
@@ -114,11 +117,11 @@ def test_the_second_box_copied_from_the_first_without_asking_the_hub(host):
     # box's own docker0 (172.17.0.1) first once its engine runs.
     address = host.check_output(f"getent ahostsv4 {name}").split()[0]
     hub_requests = [r for r in log if r["client"] == address and not r["host"].startswith("pypi.")]
-    if name == "spark-1":
+    if name == SEED:
         assert manifest(host)["copied_from"] is None
         assert hub_requests, "the seed downloads from the hub"
     else:
-        seed = host.check_output("getent ahostsv4 spark-1").split()[0]
+        seed = host.check_output(f"getent ahostsv4 {SEED}").split()[0]
         assert seed in (manifest(host)["copied_from"] or "")
         assert hub_requests == []
 

@@ -6,8 +6,9 @@ virtual environment, `cp -r inventories/example spark`; no make, no root, nothin
 virtual environment is new (pip's download cache is the user's), HOME is an empty directory
 and no ANSIBLE_* variable is passed on. Then every fleet playbook passes --syntax-check, and
 site.yml runs in check mode over SSH, as the sudo user `nvidia` with a key, against this
-scenario's simulated Spark spark-1 (converged by Molecule through `docker exec`), with the
-scenario's stand-in model hub beside it.
+scenario's simulated Spark fleet-1 (converged by Molecule through `docker exec`), with the
+scenario's stand-in model hub beside it. The clone's inventory holds that one box, as the
+README's example does: no gateway, cache or Prometheus host.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOKS = ["site.yml", "playbooks/status.yml", "playbooks/rollout.yml", "playbooks/benchmark.yml"]
-# The scenario's box and network (molecule.yml).
-BOX, NETWORK = "spark-1", "default-net"
+# The scenario's box and network (molecule.yml): the model role's seed, which asks the stand-in hub anyway.
+BOX, NETWORK = "fleet-1", "fleet-lan"
+# The image pins the scenario reads from files its prepare wrote (molecule.yml): a user writes the values.
+PINS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "upstream-registry"
 RECAP_FAILED = "failed=0"
 
 
@@ -68,11 +71,14 @@ def test_playbook_loads_from_a_plain_clone(laptop: Laptop, playbook: str) -> Non
 
 
 def scenario_vars() -> dict[str, object]:
-    """The test-bed settings of this scenario."""
+    """The test-bed settings of this scenario's Sparks, the image pins as values."""
     base = yaml.safe_load((ROOT / ".config/molecule/config.yml").read_text(encoding="utf-8"))
-    scenario = yaml.safe_load((ROOT / "molecule/default/molecule.yml").read_text(encoding="utf-8"))
-    return {**base["provisioner"]["inventory"]["group_vars"]["all"],
-            **scenario["provisioner"]["inventory"]["group_vars"]["spark"]}
+    scenario = yaml.safe_load((ROOT / "molecule/fleet/molecule.yml").read_text(encoding="utf-8"))
+    found = {**base["provisioner"]["inventory"]["group_vars"]["all"],
+             **scenario["provisioner"]["inventory"]["group_vars"]["spark"]}
+    del found["fleet_upstream_dir"]
+    return found | {"vllm_image_digest": (PINS / "vllm-image-digest").read_text(encoding="utf-8").strip(),
+                    "vllm_image_id": (PINS / "vllm-image-id").read_text(encoding="utf-8").strip()}
 
 
 def box_address() -> str:
