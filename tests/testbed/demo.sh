@@ -41,6 +41,16 @@ say "The fleet's status (ansible-playbook playbooks/status.yml)"
 ANSIBLE_PIPELINING=true ansible-playbook -i "$inventory" playbooks/status.yml \
     -e status_json_path="$MOLECULE_EPHEMERAL_DIRECTORY/sparkfleet-status.json"
 
+# The text of a chat completion's reply, or why there is none.
+reply_of() {
+    python3 -c '
+import json, sys
+try:
+    print(json.loads(sys.stdin.read())["choices"][0]["message"]["content"])
+except (ValueError, KeyError, IndexError, TypeError) as exc:
+    print(f"no answer ({exc!r})")' <<<"$1"
+}
+
 say "One request answered by each box (POST /v1/chat/completions on the box)"
 for host in $hosts; do
     vars=$(ansible-inventory -i "$inventory" --host "$host")
@@ -56,12 +66,7 @@ print(rows.get(sys.argv[2], {}).get("served_model_name") or "qwen3.5-35b")' \
     # The key goes to curl on stdin (a header file), not on a command line.
     answer=$(printf 'Authorization: Bearer %s\n' "$key" | docker exec -i "$host" curl -sS --max-time 60 \
         -H @- -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
-    reply=$(python3 -c '
-import json, sys
-try:
-    print(json.loads(sys.stdin.read())["choices"][0]["message"]["content"])
-except (ValueError, KeyError, IndexError, TypeError) as exc:
-    print(f"no answer ({exc!r})")' <<<"$answer")
+    reply=$(reply_of "$answer")
     printf '  %-10s %s\n' "$host:" "$reply"
 done
 
@@ -78,12 +83,7 @@ print(v.get("gateway_api_key", ""), v.get("gateway_port", 8080), v.get("gateway_
     answer=$(printf 'Authorization: Bearer %s\n' "$key" | docker exec -i "$gateway" curl -sS --max-time 60 \
         --cacert "$cert" -H @- -H 'Content-Type: application/json' -d "$body" \
         "https://127.0.0.1:$port/v1/chat/completions")
-    reply=$(python3 -c '
-import json, sys
-try:
-    print(json.loads(sys.stdin.read())["choices"][0]["message"]["content"])
-except (ValueError, KeyError, IndexError, TypeError) as exc:
-    print(f"no answer ({exc!r})")' <<<"$answer")
+    reply=$(reply_of "$answer")
     printf '  %-10s %s\n' "gateway:" "$reply"
 done
 
