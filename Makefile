@@ -118,7 +118,7 @@ molecule-lane-%:
 	    molecule test -s $$scenario 2>&1 | tee $$log \
 	        | while IFS= read -r line || [ -n "$$line" ]; do printf '[%s %(%T)T] %s\n' "$$scenario" -1 "$$line"; done \
 	        || { sed 's/\x1b\[[0-9;]*m//g; s/^ *│ *//' $$log | grep -a -E -A 4 --no-group-separator '$(MOLECULE_FAILURES)' | tail -n 80 \
-	                 | sed "s/^/[$$scenario] what failed: /"; \
+	                 | sed "s/^/[$$scenario] what failed: /" || true; \
 	             echo "[$$scenario] FAILED after $$(( $$(date +%s) - started )) s (whole log: $$log)"; exit 1; }; \
 	    echo "[$$scenario] passed in $$(( $$(date +%s) - started )) s"; \
 	done
@@ -147,8 +147,7 @@ importer: collection
 # The main job against simulated Sparks, for when there is no real one: builds the test-bed
 # image, starts the fleet scenario's simulated Sparks, runs the site playbook on them, prints
 # the fleet's status table and one request answered by each box and by the gateway
-# (tests/testbed/demo.sh). They
-# stay up for you to look at until `make demo-clean`.
+# (tests/testbed/demo.sh). They stay up for you to look at until `make demo-clean`.
 demo: setup link
 	tests/testbed/demo.sh
 
