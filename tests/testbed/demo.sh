@@ -41,14 +41,19 @@ say "The fleet's status (ansible-playbook playbooks/status.yml)"
 ANSIBLE_PIPELINING=true ansible-playbook -i "$inventory" playbooks/status.yml \
     -e status_json_path="$MOLECULE_EPHEMERAL_DIRECTORY/sparkfleet-status.json"
 
-# The text of a chat completion's reply, or why there is none.
-reply_of() {
+# One chat completion asked on a box (ask BOX KEY URL BODY [CURL ARGS...]): the reply's text, or
+# why there is none. The key goes to curl on stdin (a header file), not on a command line.
+ask() {
+    local box=$1 key=$2 url=$3 body=$4 answer
+    shift 4
+    answer=$(printf 'Authorization: Bearer %s\n' "$key" | docker exec -i "$box" curl -sS --max-time 60 \
+        "$@" -H @- -H 'Content-Type: application/json' -d "$body" "$url")
     python3 -c '
 import json, sys
 try:
     print(json.loads(sys.stdin.read())["choices"][0]["message"]["content"])
 except (ValueError, KeyError, IndexError, TypeError) as exc:
-    print(f"no answer ({exc!r})")' <<<"$1"
+    print(f"no answer ({exc!r})")' <<<"$answer"
 }
 
 say "One request answered by each box (POST /v1/chat/completions on the box)"
@@ -63,11 +68,7 @@ print(rows.get(sys.argv[2], {}).get("served_model_name") or "qwen3.5-35b")' \
         "$MOLECULE_EPHEMERAL_DIRECTORY/sparkfleet-status.json" "$host")
     body=$(printf '{"model": "%s", "max_tokens": 32, "messages": [{"role": "user", "content": "Hello from %s"}]}' \
         "$served" "$host")
-    # The key goes to curl on stdin (a header file), not on a command line.
-    answer=$(printf 'Authorization: Bearer %s\n' "$key" | docker exec -i "$host" curl -sS --max-time 60 \
-        -H @- -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$port/v1/chat/completions")
-    reply=$(reply_of "$answer")
-    printf '  %-10s %s\n' "$host:" "$reply"
+    printf '  %-10s %s\n' "$host:" "$(ask "$host" "$key" "http://127.0.0.1:$port/v1/chat/completions" "$body")"
 done
 
 # The gateway (roles/gateway): HTTPS with its own certificate, its own key, any box behind it.
@@ -80,11 +81,8 @@ for gateway in $gateways; do
 print(v.get("gateway_api_key", ""), v.get("gateway_port", 8080), v.get("gateway_tls_certificate", ""))' <<<"$vars")
     body=$(printf '{"model": "qwen3.5-35b", "max_tokens": 32, "messages": [{"role": "user", "content": "Hello through %s"}]}' \
         "$gateway")
-    answer=$(printf 'Authorization: Bearer %s\n' "$key" | docker exec -i "$gateway" curl -sS --max-time 60 \
-        --cacert "$cert" -H @- -H 'Content-Type: application/json' -d "$body" \
-        "https://127.0.0.1:$port/v1/chat/completions")
-    reply=$(reply_of "$answer")
-    printf '  %-10s %s\n' "gateway:" "$reply"
+    printf '  %-10s %s\n' "gateway:" \
+        "$(ask "$gateway" "$key" "https://127.0.0.1:$port/v1/chat/completions" "$body" --cacert "$cert")"
 done
 
 first=${hosts%% *}
