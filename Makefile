@@ -136,13 +136,19 @@ collection:
 
 # What Galaxy runs on every upload, in a venv of its own (it pins its own tools). It writes
 # importer_result.json into the directory it runs in: beside the tarball, not into the tree.
+# Galaxy imports a collection whatever its ansible-lint finds, and shows each finding on the
+# collection's page: a finding fails this gate. The importer lints every file of the tarball,
+# changelog fragments too (which `make lint` leaves out), with its own ansible-lint.
 IMPORTER_VENV ?= /tmp/sparkfleet-importer-venv
 importer: collection
 	test -x $(IMPORTER_VENV)/bin/python || $(PYTHON) -m venv $(IMPORTER_VENV)
 	$(IMPORTER_VENV)/bin/pip install -q --disable-pip-version-check galaxy-importer==0.4.44
 	cd $(INSTALL_DIR)/dist && GALAXY_IMPORTER_CONFIG=$(CURDIR)/tests/galaxy/importer.cfg \
 	    $(IMPORTER_VENV)/bin/python -m galaxy_importer.main \
-	    $(INSTALL_DIR)/dist/sparkfleet-serving-$$(sed -n 's/^version: //p' $(CURDIR)/galaxy.yml).tar.gz
+	    $(INSTALL_DIR)/dist/sparkfleet-serving-$$(sed -n 's/^version: //p' $(CURDIR)/galaxy.yml).tar.gz \
+	    2>&1 | tee $(INSTALL_DIR)/importer.log
+	@! sed -n '/^Linting collection via ansible-lint/,/ansible-lint run complete$$/p' $(INSTALL_DIR)/importer.log \
+	    | grep -E '^(WARNING|ERROR)' | sed 's/^/importer: Galaxy would show: /' | grep .
 
 # The main job against simulated Sparks, for when there is no real one: builds the test-bed
 # image, starts the fleet scenario's simulated Sparks, runs the site playbook on them, prints
