@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from spark_testinfra import recap_changed
+
 testinfra_hosts = ["dk-dgx"]
 
 DAEMON_JSON = "/etc/docker/daemon.json"
@@ -104,6 +106,21 @@ def test_cdi_spec_was_generated(host):
 
 def started_at(host, name: str) -> str:
     return host.check_output(f"docker inspect --format '{{{{.State.StartedAt}}}} {{{{.State.Running}}}}' {name}")
+
+
+def test_a_rerun_makes_no_merge_call_and_changes_nothing(host, converge):
+    # Both roles' probes copy what the merge module reads; when daemon.json holds their keys and
+    # no flag of the unit conflicts, the module call is left out (test_flag_in_a_drop_in_... below:
+    # a conflict still runs it and fails).
+    before = host.file(DAEMON_JSON).content
+    result = converge("dk-dgx")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert recap_changed(result.stdout) == 0
+    merges = [part for part in result.stdout.split("TASK [")
+              if part.startswith("sparkfleet.serving.common : Merge the keys into daemon.json]")]
+    assert len(merges) == 2, "expected the docker and the nvidia_runtime merges"
+    assert all("skipping: [dk-dgx]" in part for part in merges), "a merge module call on a re-run that changes nothing"
+    assert host.file(DAEMON_JSON).content == before
 
 
 def test_mirror_change_reloads_and_running_containers_keep_going(host, converge):
