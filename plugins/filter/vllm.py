@@ -2,9 +2,12 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Filters of the vLLM role: the serve argument list, the image reference of a recorded
-deployment and the start-up log diagnosis."""
+deployment, what differs between the running container and the role's, and the start-up log
+diagnosis."""
 
 from __future__ import annotations
+
+import json
 
 from ansible.errors import AnsibleFilterError
 
@@ -49,6 +52,28 @@ def vllm_image_ref(images: object, record: object) -> str:
     return (same_repo or digests or [image_id])[0]
 
 
+def vllm_container_differences(container: object, image: object, spec: object, env: object,
+                               image_ref: object) -> list[str]:
+    """`docker container inspect` and `docker image inspect` of the container and its image (a
+    dict each; none or empty: not there) -> what differs from what the role's docker_container
+    task sets; empty when nothing does."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_container import differences
+
+    if not container:
+        return ["container: not on the box"]
+    if not image:
+        return ["image: not on the box"]
+    if not all(isinstance(v, dict) for v in (container, image, spec, env)) or not isinstance(image_ref, str):
+        raise AnsibleFilterError(
+            "vllm_container_differences expects the container's and the image's inspect (dicts), the deployment "
+            "spec (dict), its environment (dict) and the image reference (str)"
+        )
+    # Plain copies of the templating engine's lazy containers: each value is templated once here,
+    # not again at every comparison.
+    spec, env = json.loads(json.dumps(spec)), json.loads(json.dumps(env))
+    return differences(container, image, spec, env, image_ref)
+
+
 def log_lines(log: object) -> str | list[str] | None:
     """The log as diagnose reads it: text, or a list of text lines (None, numbers, bytes made text)."""
     if log is None or isinstance(log, str):
@@ -80,4 +105,9 @@ def vllm_diagnose(log: object, exit_code: object = None) -> list[dict]:
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"vllm_serve_args": vllm_serve_args, "vllm_diagnose": vllm_diagnose, "vllm_image_ref": vllm_image_ref}
+        return {
+            "vllm_serve_args": vllm_serve_args,
+            "vllm_diagnose": vllm_diagnose,
+            "vllm_image_ref": vllm_image_ref,
+            "vllm_container_differences": vllm_container_differences,
+        }

@@ -140,6 +140,32 @@ def test_rerun_changes_nothing_and_keeps_the_container(host):
     assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
 
 
+def test_a_container_changed_by_hand_is_put_back(host):
+    # A re-run compares the probe's `docker container inspect` with what the role sets and leaves
+    # docker_container's check-mode pass out when nothing differs: a change made by hand must
+    # still be found, and the module then puts it right.
+    # A restart policy changed by hand (then the box would not serve again after a power cut): put
+    # back in place, the container kept (docker_container's check-mode pass alone misses it).
+    before = inspect(host)
+    host.run_expect([0], "docker update --restart no vllm")
+    result = playbook()
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert recap_changed(result.stdout) >= 1, "the run did not notice the restart policy changed by hand"
+    after = inspect(host)
+    assert after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    assert after["Id"] == before["Id"]
+    assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
+    # And the comparison finds the container as the run left it the same again.
+    again = playbook()
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert recap_changed(again.stdout) == 0
+    planned = [part for part in again.stdout.split("TASK [")
+               if part.startswith("sparkfleet.serving.vllm : Find out whether the vLLM container must be (re)created]")]
+    assert planned, "the run had no check-mode pass task"
+    assert all(f"skipping: [{BOX}]" in part for part in planned), \
+        "a re-run that changes nothing still made docker_container's check-mode pass"
+
+
 def test_changed_setting_recreates_the_container(host):
     before = inspect(host)
     result = playbook({"vllm_max_num_seqs": 8})
