@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Whether a running container is exactly the one the vllm role's docker_container task
-would leave as it is, read from `docker container inspect` and `docker image inspect` on the
+would leave as it is, read from `docker container inspect` (its environment as the SHA-256 of
+each value, key EnvSha256: the values never leave the box) and `docker image inspect` on the
 controller.
 
 The role's task (roles/vllm/tasks/container.yml) compares every option it sets strictly
@@ -16,6 +17,7 @@ hide a difference.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -94,11 +96,16 @@ def differences(container: dict, image: dict, spec: dict, env: dict, image_ref: 
     differs("image id", container.get("Image"), image.get("Id"))
     differs("command", config.get("Cmd"), list(spec.get("argv") or []))
     image_env = _env_dict((image.get("Config") or {}).get("Env"))
-    have_env = _env_dict(config.get("Env"))
+    have_env = _env_dict(container.get("EnvSha256"))
     if image_env is None or have_env is None:
-        found.append("env: not a list of KEY=VALUE")
+        found.append("env: not a list of NAME=SHA-256")
     else:
-        differs("env", have_env, image_env | {str(k): str(v) for k, v in env.items()})
+        wanted = image_env | {str(k): str(v) for k, v in env.items()}
+        hashed = {key: hashlib.sha256(value.encode("utf-8")).hexdigest() for key, value in wanted.items()}
+        if have_env != hashed:
+            # Names only: the values may be secrets (the API key).
+            names = sorted(k for k in set(have_env) | set(hashed) if have_env.get(k) != hashed.get(k))
+            found.append(f"env: {', '.join(names)} differ")
     differs("network mode", host.get("NetworkMode"), options.get("network_mode"))
     if options.get("published_ports"):
         found.append("published ports: compared by the module")

@@ -7,6 +7,7 @@ inspect`, is found the same; any option that differs (or cannot be judged) is na
 from __future__ import annotations
 
 import copy
+import hashlib
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -28,16 +29,24 @@ SPEC = {
 }
 ENV = {"VLLM_API_KEY": "sk-test", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
 IMAGE = {"Id": IMAGE_ID, "Config": {"Env": ["PATH=/usr/bin:/bin", "TORCHINDUCTOR_COMPILE_THREADS=4"]}}
+
+
+def hashed(*entries: str) -> list[str]:
+    """NAME=VALUE -> NAME=SHA-256 of VALUE, as the role's probe prints the container's environment."""
+    return [f"{e.split('=', 1)[0]}={hashlib.sha256(e.split('=', 1)[1].encode()).hexdigest()}" for e in entries]
+
+
+ENV_FOUND = hashed("VLLM_API_KEY=sk-test", "TORCHINDUCTOR_COMPILE_THREADS=1", "PATH=/usr/bin:/bin")
 # `docker container inspect vllm` of the container the role's docker_container task made from SPEC
-# (the keys it reads, as Docker 20.10 and later return them).
+# (the keys it reads, as Docker 20.10 and later return them) and its environment as the probe hashes it.
 CONTAINER = {
+    "EnvSha256": ENV_FOUND,
     "Name": "/vllm",
     "Image": IMAGE_ID,
     "State": {"Status": "running", "Running": True},
     "Config": {
         "Image": REF,
         "Cmd": ARGV,
-        "Env": ["VLLM_API_KEY=sk-test", "TORCHINDUCTOR_COMPILE_THREADS=1", "PATH=/usr/bin:/bin"],
         "StopTimeout": 120,
         "Labels": {"org.sparkfleet.vllm.profile": "qwen3.5-35b-a3b-fp8", "maintainer": "vllm"},
     },
@@ -76,9 +85,10 @@ def test_the_container_the_role_made_is_the_same():
     ("Image", "sha256:" + "b" * 64, "image id"),
     ("Config.Image", "vllm/vllm-openai@sha256:" + "c" * 64, "image name"),
     ("Config.Cmd", [*ARGV, "--max-num-seqs", "8"], "command"),
-    ("Config.Env", ["VLLM_API_KEY=sk-other", "TORCHINDUCTOR_COMPILE_THREADS=1", "PATH=/usr/bin:/bin"], "env"),
-    ("Config.Env", [*CONTAINER["Config"]["Env"], "EXTRA=1"], "env"),
-    ("Config.Env", ["VLLM_API_KEY=sk-test", "PATH=/usr/bin:/bin"], "env"),
+    ("EnvSha256", hashed("VLLM_API_KEY=sk-other", "TORCHINDUCTOR_COMPILE_THREADS=1", "PATH=/usr/bin:/bin"), "env"),
+    ("EnvSha256", [*ENV_FOUND, *hashed("EXTRA=1")], "env"),
+    ("EnvSha256", hashed("VLLM_API_KEY=sk-test", "PATH=/usr/bin:/bin"), "env"),
+    ("EnvSha256", None, "env"),
     ("Config.StopTimeout", 10, "stop timeout"),
     ("Config.Labels", {"maintainer": "vllm"}, "label"),
     ("HostConfig.NetworkMode", "bridge", "network mode"),
@@ -104,7 +114,14 @@ def test_what_it_cannot_judge_counts_as_different():
     assert vllm_container_differences(changed("HostConfig.NetworkMode", "bridge"), IMAGE, bridge, ENV, REF)
     odd_size = {**SPEC, "options": {**SPEC["options"], "shm_size": "16 gigabytes"}}
     assert vllm_container_differences(CONTAINER, IMAGE, odd_size, ENV, REF)
-    assert vllm_container_differences(changed("Config.Env", "not a list"), IMAGE, SPEC, ENV, REF)
+    assert vllm_container_differences(changed("EnvSha256", "not a list"), IMAGE, SPEC, ENV, REF)
+
+
+def test_a_differing_environment_is_named_without_its_values():
+    found = vllm_container_differences(changed("EnvSha256", hashed("VLLM_API_KEY=sk-other", "PATH=/usr/bin:/bin")),
+                                       IMAGE, SPEC, ENV, REF)
+    assert found == ["env: TORCHINDUCTOR_COMPILE_THREADS, VLLM_API_KEY differ"]
+    assert "sk-test" not in str(found) and "sk-other" not in str(found)
 
 
 def test_no_container_or_no_image_differs():
