@@ -20,13 +20,8 @@ from ansible.errors import AnsibleFilterError
 def docker_daemon_json(encoded: object, path: object) -> dict:
     """Base64 of daemon.json's bytes -> {"config": ...} as sparkfleet.serving.docker_daemon_config reads
     it, or {"error": ...} with that module's message (the same checks: UTF-8, JSON, one object, no key twice)."""
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.docker_daemon_config import (
-        DAEMON_JSON_WHAT,
-        DaemonJsonError,
-        parse_daemon_json,
-        plain,
-    )
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, decode_text
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.docker_daemon_config import DaemonJsonError, plain
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.docker_daemon_probe import parse_copy
 
     if not isinstance(encoded, str) or not isinstance(path, str):
         raise AnsibleFilterError("docker_daemon_json: expected the file's bytes as base64 text and its path")
@@ -35,8 +30,8 @@ def docker_daemon_json(encoded: object, path: object) -> dict:
     except (binascii.Error, ValueError) as exc:
         raise AnsibleFilterError(f"docker_daemon_json: the probe's copy of {path} is not base64: {exc}") from exc
     try:
-        return {"config": plain(parse_daemon_json(decode_text(data, path, "path", DAEMON_JSON_WHAT), path))}
-    except (InputError, DaemonJsonError) as exc:
+        return {"config": plain(parse_copy(data, path))}
+    except DaemonJsonError as exc:
         return {"error": str(exc)}
 
 

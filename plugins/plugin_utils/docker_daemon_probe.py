@@ -124,15 +124,24 @@ def _dockerd_argv(service: str, units: list[tuple[str, str]],
     return expand(exec_start[-1], env), missing
 
 
+def parse_copy(data: bytes, path: str) -> dict:
+    """The bytes of a probe's copy of daemon.json -> as the module parses them (with its checks and
+    messages: UTF-8, JSON, one object, no key twice); DaemonJsonError with the message."""
+    try:
+        return parse_daemon_json(decode_text(data, path, "path", DAEMON_JSON_WHAT), path)
+    except InputError as err:
+        raise DaemonJsonError(str(err)) from err
+
+
 def _merge_findings(copy: str, path: str, settings: dict, remove: list) -> tuple[dict | None, list[str]]:
     """(daemon.json after the merge, why the module must run) from the probe's copy."""
     data = _decode(copy)
     if data is None:
         return None, [f"the probe's copy of {path} is not base64"]
     try:
-        before = parse_daemon_json(decode_text(data, path, "path", DAEMON_JSON_WHAT), path)
+        before = parse_copy(data, path)
         after = apply_changes(before, settings, remove)
-    except (InputError, DaemonJsonError) as err:
+    except DaemonJsonError as err:
         return None, [str(err)]
     key_problems, key_warnings = check_keys(settings)
     keys = changed_keys(before, after)

@@ -18,23 +18,20 @@ hide a difference.
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([bkmg]?)b?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import parse_size
 
 
 def size_bytes(value: object) -> int | None:
-    """docker_container's shm_size ("16g", "512m", 1024) -> bytes; None when not such a size."""
+    """docker_container's shm_size ("16g", "512m", 1024) -> bytes, read as the serving plan reads
+    it (parse_size); None when it is not such a size."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
-    found = _SIZE.match(str(value))
-    if not found:
+    try:
+        return parse_size(value)  # type: ignore[arg-type]
+    except ValueError:
         return None
-    return int(found.group(1)) * _UNITS[found.group(2).lower()]
 
 
 def _env_dict(entries: object) -> dict[str, str] | None:
