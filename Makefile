@@ -14,6 +14,11 @@ AT_DIR := $(AT_ROOT)/ansible_collections/sparkfleet/serving
 # then skips its install). The remote temporary directory stays the usual one.
 export ANSIBLE_HOME := $(CURDIR)/.ansible
 export ANSIBLE_REMOTE_TMP := ~/.ansible/tmp
+# Some machines set PYTHONDONTWRITEBYTECODE: then every Python process compiles each module of the
+# collection, the tests and Molecule it imports from source again, and so does each of
+# ansible-playbook's worker processes for the plugins it loads. Python's default (compiled once,
+# kept in __pycache__, which git, the tarball and ansible-test leave out) for every gate.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: importer test gates quick setup docs lint sanity units pytest molecule link collection demo demo-clean clean images
 
