@@ -20,7 +20,7 @@ from pathlib import Path
 
 import openai
 import testinfra
-from spark_testinfra import golden_vllm_argv, inspect_container, recap_changed, run_playbook, set_memory
+from spark_testinfra import eventually, golden_vllm_argv, inspect_container, recap_changed, run_playbook, watchdog_stops
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 SCENARIO = Path(__file__).resolve().parents[1]
@@ -158,9 +158,9 @@ def test_the_check_play_refuses_a_link_end_at_mtu_1500_before_any_change():
         done = run_playbook(CHECK)
     finally:
         worker.check_output("ip link set dev enp1s0f1np1 mtu 9000")
-    assert lenient.returncode == 0, (lenient.stdout + lenient.stderr)[-4000:]
+    assert lenient.returncode == 0, lenient.output[-4000:]
     assert f"ERROR mtu enp1s0f1np1: MTU 1500 on {WORKER} enp1s0f1np1; expected 9000" in lenient.stdout
-    out = done.stdout + done.stderr
+    out = done.output
     assert done.returncode != 0, out[-4000:]
     assert f"The link of {WORKER} is not ready for the cluster: ERROR mtu enp1s0f1np1: MTU 1500 on {WORKER}" in out
     assert "`sudo ip link set enp1s0f1np1 mtu 9000`" in out
@@ -171,7 +171,7 @@ def test_the_check_play_refuses_a_link_end_at_mtu_1500_before_any_change():
 def test_the_check_play_refuses_a_link_interface_the_members_do_not_have():
     before = started()
     done = run_playbook(CHECK, {"link_interfaces": ["enP2p1s0f1np1"]})
-    out = done.stdout + done.stderr
+    out = done.output
     assert done.returncode != 0, out[-4000:]
     assert (f"The link of {HEAD} is not ready for the cluster: ERROR link enP2p1s0f1np1: no interface "
             f"enP2p1s0f1np1 on {HEAD}; expected the link interface; fix: name an interface that `ip link` shows") in out
@@ -181,7 +181,7 @@ def test_the_check_play_refuses_a_link_interface_the_members_do_not_have():
 
 def converge_again() -> str:
     done = run_playbook(SCENARIO / "converge.yml")
-    out = done.stdout + done.stderr
+    out = done.output
     assert done.returncode == 0, out[-4000:]
     return out
 
@@ -221,28 +221,15 @@ def test_a_head_that_came_back_alone_fails_its_gate_and_the_cluster_starts_anew(
 STOP_RECORD = "/var/lib/sparkfleet-watchdog/stopped/vllm.json"
 
 
-def eventually(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return predicate()
-
-
 def test_a_member_the_watchdog_stopped_stops_the_whole_cluster_until_told_otherwise():
     # The worker's watchdog reads a meminfo the test controls: over the hard ceiling (98 %), it stops the
     # worker's container at once and records why. The head's engine has lost a rank.
     worker = box(WORKER)
-    set_memory(worker, 99)
-    try:
-        assert eventually(lambda: worker.file(STOP_RECORD).exists, 15), "the watchdog recorded no stop"
-    finally:
-        set_memory(worker, 50)
+    assert watchdog_stops(worker, STOP_RECORD), "the watchdog recorded no stop"
     assert not inspect(WORKER)["State"]["Running"]
     # The next run starts nothing: it stops the head too and fails on both members with the record.
     done = run_playbook(SCENARIO / "converge.yml")
-    out = done.stdout + done.stderr
+    out = done.output
     assert done.returncode != 0, out[-4000:]
     assert f"The memory watchdog stopped vllm on {WORKER} at " in out
     assert "threshold 98.0 %, startup phase, trigger ceiling" in out
@@ -262,7 +249,7 @@ def test_a_member_the_watchdog_stopped_stops_the_whole_cluster_until_told_otherw
     # clears its record once it sees the container started after the stop.
     before = started()
     done = run_playbook(SCENARIO / "converge.yml", extra_vars={"vllm_restart_after_watchdog_stop": True})
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert done.returncode == 0, done.output[-4000:]
     assert "It starts again: vllm_restart_after_watchdog_stop is true." in done.stdout
     assert_started_anew(before)
     assert eventually(lambda: not worker.file(STOP_RECORD).exists, 10), "the stop stayed on record"

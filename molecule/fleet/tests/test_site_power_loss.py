@@ -22,14 +22,12 @@ import json
 import os
 import shlex
 import subprocess
-import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 import testinfra
 import yaml
-from spark_testinfra import inspect_container, run_playbook, set_memory
+from spark_testinfra import eventually, inspect_container, run_playbook, watchdog_stops
 from test_converged import API, KEY, MODEL_DIR, SERVED
 
 # The scenario's boxes (molecule.yml): fleet-3's watchdog reads a meminfo file the tests rewrite. fleet-1,
@@ -48,16 +46,6 @@ BOOT_SECONDS = 180
 
 def box(name: str):
     return testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}")
-
-
-def eventually(predicate: Callable[[], object], timeout: float, interval: float = 0.5) -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(interval)
-    return predicate()
 
 
 def chat(host, text: str) -> str | None:
@@ -210,11 +198,7 @@ def test_after_a_power_cut_the_box_serves_again_by_itself():
 def test_a_container_the_watchdog_stopped_stays_stopped_across_a_reboot(tmp_path: Path):
     spark = box(WATCHED)
     # Over the hard ceiling (98 %): the watchdog stops the container at once and records why.
-    set_memory(spark, 99)
-    try:
-        assert eventually(lambda: spark.file(STOP_RECORD).exists, 15), "the watchdog recorded no stop"
-    finally:
-        set_memory(spark, 50)
+    assert watchdog_stops(spark, STOP_RECORD), "the watchdog recorded no stop"
     assert eventually(lambda: not inspect_container(spark)["State"]["Running"], 15)
     record = spark.file(STOP_RECORD).content_string
     before = inspect_container(spark)["State"]

@@ -10,6 +10,8 @@ import json
 import os
 import re
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[3]
@@ -26,6 +28,27 @@ def set_memory(host, used_pct: float, proc: str = WATCHDOG_PROC) -> None:
     text = (f"MemTotal:       {TOTAL_KIB} kB\\nMemFree:        {available} kB\\n"
             f"MemAvailable:   {available} kB\\nSwapTotal:              0 kB\\nSwapFree:               0 kB\\n")
     host.check_output(f"printf '{text}' > {proc}/.meminfo.new && mv {proc}/.meminfo.new {proc}/meminfo")
+
+
+def eventually(predicate: Callable[[], object], timeout: float, interval: float = 0.5) -> object:
+    """The predicate's first true value within the timeout, else its value at the end."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(interval)
+    return predicate()
+
+
+def watchdog_stops(host, record: str, proc: str = WATCHDOG_PROC) -> bool:
+    """Memory over the watchdog's hard ceiling (98 %): True once it has recorded a stop in `record`
+    (15 s at most); the memory is back at 50 % whatever happened."""
+    set_memory(host, 99, proc)
+    try:
+        return bool(eventually(lambda: host.file(record).exists, 15))
+    finally:
+        set_memory(host, 50, proc)
 
 
 class PlaybookRun(subprocess.CompletedProcess):
