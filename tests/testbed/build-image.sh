@@ -65,9 +65,11 @@ main() {
         extra=""
     fi
     # $extra: on ubuntu:24.04 the package list is installed by the Containerfile, so it
-    # belongs to this layer's key (on Debian it is part of the base image's own key).
+    # belongs to this layer's key (on Debian it is part of the base image's own key). What Python
+    # compiles beside the stand-ins when the tests load them is no input (.dockerignore).
     key=$( (echo "$base_image"; echo "$extra"; docker image inspect -f '{{.Id}}' "$base_image";
-            cat "$here/Containerfile"; cd "$here" && find standins -type f | sort | xargs sha256sum) | hash_of)
+            cat "$here/Containerfile"; cd "$here" && find standins -type f -not -path '*/__pycache__/*' | sort | xargs sha256sum) \
+          | hash_of)
     image="$repo/spark:$key"
     if docker image inspect "$image" >/dev/null 2>&1; then
         log "up to date: $image"
