@@ -95,8 +95,8 @@ images:
 # lanes fit on two cores; each scenario's boxes, networks and hub have names of their own.
 # The lanes are balanced by the scenarios' times in CI (each lane line of its log has the time):
 # longest first, each to the lane that would end sooner. fleet, with its refusals, the plain-clone
-# and power-loss tests, is the longest by far (a rehearsal of CI on a clean clone: fleet 2027 s,
-# cluster 1076, vllm 535, model 514, firewall 279, docker_runtime 200, preflight 191, watchdog 152).
+# and power-loss tests, is the longest by far (a rehearsal of CI on a clean clone: fleet 1025 s,
+# cluster 592, vllm 255, model 237, firewall 152, docker_runtime 122, watchdog 94, preflight 77).
 # A scenario in neither lane stops the run: none may be left out by accident.
 MOLECULE_LANE_1 ?= fleet firewall preflight
 MOLECULE_LANE_2 ?= cluster vllm model docker_runtime watchdog
