@@ -2,8 +2,8 @@
 
 Every module call sends its payload as a zip of Python sources (ansible-core 2.19,
 ansible/_internal/_ansiballz/_wrapper.py), and Python's zipimport compiles each source it
-imports, every call: measured on this test bed, about 0.12 of the 0.32 CPU-seconds of a
-`stat` call go to compiling ansible.module_utils again. The test bed runs some thousands of
+imports, every call: a `stat` call took about 200 ms of a box's CPU without this cache and 130 ms
+with it (benchmarks/README.md, "The test bed's caches"). The test bed runs some thousands of
 module calls on two cores beside the controller; this keeps each compiled source, keyed
 by the SHA-256 of its text and the interpreter's bytecode magic, in the directory that
 SPARKFLEET_SIM_CODE_CACHE names, and gives the code its payload's file name again
