@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -84,11 +83,15 @@ def test_a_traceback_names_the_payload_as_without_the_cache(tmp_path: Path) -> N
     assert str(archive) in frames[0]
 
 
-def test_without_the_variable_nothing_is_kept(tmp_path: Path) -> None:
-    archive = payload(tmp_path, "VALUE = 3\n")
-    run = import_from(archive, None, "import zipimport, sparkfleet_payload_probe as m; print(m.VALUE)")
-    assert run.stdout == "3\n", run.stderr
-    assert not (tmp_path / "cache").exists()
+def test_without_the_variable_zipimport_is_left_alone(tmp_path: Path) -> None:
+    """Imported even so (a .pth that loads it on a box started without the variable), it replaces nothing."""
+    probe = (f"import sys; sys.path.insert(0, {str(SIM_PYTHON)!r}); import zipimport; "
+             "compile_source = zipimport._compile_source; import sparkfleet_sim_codecache; "
+             "print(zipimport._compile_source is compile_source)")
+    env = {key: value for key, value in os.environ.items() if key != "SPARKFLEET_SIM_CODE_CACHE"}
+    runs = [subprocess.run([sys.executable, "-c", probe], env=variables, capture_output=True, text=True, check=False)
+            for variables in (env, env | {"SPARKFLEET_SIM_CODE_CACHE": str(tmp_path)})]
+    assert [run.stdout for run in runs] == ["True\n", "False\n"], [run.stderr for run in runs]
 
 
 def test_a_damaged_entry_is_compiled_again(tmp_path: Path) -> None:
@@ -114,8 +117,8 @@ TEMPLATES = (
 
 
 @pytest.fixture(scope="module")
-def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    yield tmp_path_factory.mktemp("template-cache")
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("template-cache")
 
 
 def render_all(cache: Path | None, templates: tuple[str, ...] = TEMPLATES) -> subprocess.CompletedProcess[str]:
@@ -158,7 +161,7 @@ def test_templates_render_the_same_with_the_cache_cold_warm_and_without(controll
 
 def test_each_template_and_setting_has_its_own_entry(controller: Path) -> None:
     results(render_all(controller))
-    kept = [path for path in controller.rglob("*") if path.is_file()]
+    kept = cached_files(controller)
     # Backslash escaping is part of every key: each template twice.
     assert len(kept) == 2 * len(TEMPLATES)
 
@@ -166,11 +169,10 @@ def test_each_template_and_setting_has_its_own_entry(controller: Path) -> None:
 def test_a_warm_run_loads_the_kept_code_instead_of_compiling(tmp_path: Path) -> None:
     """Every entry replaced by the code of `{{ 1 + 2 }}`: a run that loads them renders 3 for each template."""
     results(render_all(tmp_path / "three", ("{{ 1 + 2 }}",)))
-    three = next(path.read_bytes() for path in (tmp_path / "three").rglob("*") if path.is_file())
+    three = cached_files(tmp_path / "three")[0].read_bytes()
     cold = results(render_all(tmp_path / "all"))
-    for path in (tmp_path / "all").rglob("*"):
-        if path.is_file():
-            path.write_bytes(three)
+    for path in cached_files(tmp_path / "all"):
+        path.write_bytes(three)
     planted = results(render_all(tmp_path / "all"))
     assert cold["out"][0] == "3" and set(cold["out"]) != {"3"}
     assert set(planted["out"]) == {"3"}

@@ -14,11 +14,11 @@ and ANSIBLE_CALLBACKS_ENABLED), is loaded by ansible-playbook's main process bef
 worker. Two things, neither of which changes what runs:
 
 - It wraps Jinja's `Environment.compile` for template strings: the code object compiled
-for a source is kept on disk, keyed by everything the generated code depends on (the source, the
-template overrides, backslash escaping, embedded-template support, the filter and test plugins'
-files, the versions of Python, Jinja and ansible-core), and loaded instead of compiling the same
-source again. The same code runs; only the compilation is saved. Sources with a name or file
-(includes, imports), raw output and template debugging are left to Jinja.
+  for a source is kept on disk, keyed by everything the generated code depends on (the source, the
+  template overrides, backslash escaping, embedded-template support, the filter and test plugins'
+  files, the versions of Python, Jinja and ansible-core), and loaded instead of compiling the same
+  source again. The same code runs; only the compilation is saved. Sources with a name or file
+  (includes, imports), raw output and template debugging are left to Jinja.
 - At each task's start, before the main process forks that task's workers, it moves every object
   the process has so far out of reach of the cyclic garbage collector (`gc.freeze`, as Python's
   documentation of the gc module advises for a process that forks without exec): a worker's
