@@ -37,6 +37,15 @@ def fleet_status_units(rows: object, groups: object) -> list:
     return as_filter("fleet_status_units", status_units, list(rows), groups)
 
 
+def fleet_image_flags(rows: object) -> list:
+    """The boxes' status rows with image_differs set where a box's image ID is not the others'."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import flag_image_ids
+
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) and "host" in r for r in rows):
+        raise AnsibleFilterError("fleet_image_flags expects a list of status rows (dicts with a host)")
+    return flag_image_ids([dict(row) for row in rows])
+
+
 def fleet_table(rows: object, kind: str = "status") -> str:
     """Rows -> a text table; kind is status or benchmark."""
     from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import (
@@ -77,5 +86,6 @@ def fleet_benchmark_summary(results: object) -> dict:
 class FilterModule:
     def filters(self) -> dict:
         return {"fleet_status_row": fleet_status_row, "fleet_status_units": fleet_status_units,
+                "fleet_image_flags": fleet_image_flags,
                 "fleet_table": fleet_table,
                 "fleet_benchmark_row": fleet_benchmark_row, "fleet_benchmark_summary": fleet_benchmark_summary}

@@ -33,6 +33,12 @@ def vllm_text(name: str) -> str:
     return "".join(parts)
 
 
+def vllm_first_line(name: str) -> str:
+    """The first line of a message of several lines: in a log each line has its process's prefix
+    (`(APIServer pid=1) `), so only the first is matched."""
+    return vllm_text(name).split(re.escape("\n"), 1)[0]
+
+
 def field_error(key: str) -> str:
     """pydantic refusing the value of a vLLM config field (FIELD_ERRORS, produced by running the
     class): the class's ValidationError, the field's line, then one of its messages. The group
@@ -382,6 +388,45 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "starts the whole cluster anew on its next run (a member's container not running, or the head's "
             "completion failing); find why the member went away (its container's log, the memory watchdog, "
             "the link: playbooks/doctor.yml)."
+        ),
+    ),
+    # vLLM's parallel layout and multi-node mode refused before anything starts (0.19.1). The role writes these
+    # flags itself for a cluster and refuses them in vllm_extra_args (plugins/plugin_utils/vllm_args.py and
+    # cluster_plan.py): a log shows them from an image whose entrypoint adds them, or from a run by hand.
+    KnownFailure(
+        key="parallel-layout",
+        title="The parallel layout asks for more GPUs than the box has, or does not fit the cluster",
+        patterns=(vllm_first_line("world-size-above-gpus"), vllm_text("nnodes-world-size"),
+                  vllm_text("nnodes-node-rank")),
+        variables=("vllm_tensor_parallel_size", "vllm_pipeline_parallel_size", "vllm_gpus_per_node",
+                   "vllm_extra_args"),
+        advice=(
+            "A Spark has one GPU: tensor or pipeline parallelism above 1 spans several boxes, which vLLM runs with "
+            "--nnodes. Put the boxes that serve the model together in a child group of `clusters` and set "
+            "vllm_tensor_parallel_size (members x vllm_gpus_per_node) there: the role then gives each member its "
+            "--nnodes, --node-rank and --master-addr. Drop -tp, -pp, --nnodes and --node-rank from "
+            "vllm_extra_args."
+        ),
+    ),
+    KnownFailure(
+        key="multi-node-backend",
+        title="A multi-node cluster with another executor than vLLM's multiprocessing",
+        patterns=(vllm_text("nnodes-executor-backend"), vllm_text("nnodes-data-parallel-backend")),
+        variables=("vllm_extra_args",),
+        advice=(
+            "vLLM's multi-node mode (--nnodes > 1) runs on its multiprocessing executor: drop "
+            "--distributed-executor-backend ray (and --data-parallel-backend ray) from vllm_extra_args; the role "
+            "runs clusters without Ray."
+        ),
+    ),
+    KnownFailure(
+        key="headless-api-server-count",
+        title="--api-server-count on a headless member",
+        patterns=(vllm_text("headless-api-server-count"),),
+        variables=("vllm_extra_args",),
+        advice=(
+            "A cluster's workers run vLLM --headless, with no API server; the head alone serves the API. Drop "
+            "--api-server-count (-asc) from the cluster's vllm_extra_args."
         ),
     ),
     KnownFailure(

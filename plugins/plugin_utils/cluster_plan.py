@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils import cluster
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_args import flag_name
 
 # vLLM's default --master-port (vllm/config/parallel.py, ParallelConfig.master_port, 0.19.1).
 DEFAULT_MASTER_PORT = 29501
@@ -190,6 +191,44 @@ def _same_settings(members: list[str], settings: Any, errors: list[str]) -> None
                           f"must run the same value: set it once for the group (e.g. in group_vars of the cluster)")
 
 
+# What vLLM 0.19.1 refuses in its multi-node mode, given in extra_args (the layout flags are refused for every
+# box: plugins/plugin_utils/vllm_args.py): --api-server-count with --headless (vllm/entrypoints/cli/serve.py:57),
+# another executor than mp, uni or external_launcher with --nnodes > 1 (vllm/config/parallel.py:759) and
+# another data-parallel backend than mp (vllm/engine/arg_utils.py:1631).
+MULTI_NODE_REFUSED = {
+    "--api-server-count": (
+        "-asc", ("0",),
+        'a worker runs vLLM --headless, without API servers (vLLM: "--api-server-count=... cannot be used with '
+        '--headless")'),
+    "--distributed-executor-backend": (
+        None, ("mp", "uni", "external_launcher"),
+        'vLLM\'s multi-node mode needs mp (vLLM: "nnodes > 1 can only be set when distributed executor backend is '
+        'mp, uni or external_launcher.")'),
+    "--data-parallel-backend": (
+        "-dpb", ("mp",), 'vLLM: "nnodes > 1 is only supported with data_parallel_backend=mp"'),
+}
+
+
+def _multi_node_extra_args(members: list[str], settings: Any, errors: list[str]) -> None:
+    """extra_args that vLLM refuses on the members of a cluster, named before any member starts."""
+    if not members or not isinstance(settings, Mapping) or not isinstance(settings.get(members[0]), Mapping):
+        return
+    vllm_settings = settings[members[0]].get("settings")
+    extra = vllm_settings.get("extra_args") if isinstance(vllm_settings, Mapping) else None
+    if not isinstance(extra, (list, tuple)):
+        return
+    names = [flag_name(item) for item in extra]
+    for flag, (short, allowed, why) in MULTI_NODE_REFUSED.items():
+        for index, name in enumerate(names):
+            if name not in (flag, short):
+                continue
+            given = str(extra[index]).split("=", 1)[1] if "=" in str(extra[index]) else (
+                str(extra[index + 1]) if index + 1 < len(extra) else "")
+            if given not in allowed:
+                errors.append(f"extra_args: {' '.join(str(a) for a in extra[index:index + 2])} on the members of a "
+                              f"cluster: {why}; drop it from vllm_extra_args of the cluster")
+
+
 def _subnets(members: list[str], links: dict[str, dict[str, Any]], errors: list[str]) -> None:
     """The head's link address must be on every member's link subnet (the master address is
     where the workers connect), and no two members may share an address."""
@@ -269,6 +308,7 @@ def plan(data: Mapping) -> dict[str, Any]:
     links = {m: _link(m, raw_links.get(m), errors) for m in members}
     _heads(data.get("model_config"), sizes["tensor"], errors, warnings)
     _same_settings(members, data.get("member_settings"), errors)
+    _multi_node_extra_args(members, data.get("member_settings"), errors)
     if members and all(links.values()):
         _subnets(members, links, errors)  # type: ignore[arg-type]
     if errors:

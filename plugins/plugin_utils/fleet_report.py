@@ -265,15 +265,41 @@ def cluster_row(cluster: Mapping[str, Any], members: list[dict]) -> dict:
     return row
 
 
+def image_name(reference: str) -> tuple[str, str, str]:
+    """An image reference -> (repository, tag, digest), each '' when absent: registry:5000/vllm/vllm-openai:v1@sha256:..
+    -> ('registry:5000/vllm/vllm-openai', 'v1', 'sha256:..'). A reference with neither names the tag latest."""
+    rest, _, digest = reference.partition("@")
+    repository, colon, tag = rest.rpartition(":")
+    if not colon or "/" in tag:
+        repository, tag = rest, ""
+    return repository, tag or ("" if digest else "latest"), digest
+
+
+def _image_groups(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Rows meant to run one image: one repository and tag. A box on the digest (vllm_image_digest: the role runs
+    repository@digest) is compared with the boxes on the tag whose image has that digest, or else with the boxes
+    on the one tag of its repository the others run; a digest nobody else runs by a tag is a group of its own."""
+    parsed = [(row, *image_name(str(row.get("image")))) for row in rows]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row, repository, tag, _digest in parsed:
+        if tag:
+            groups.setdefault((repository, tag), []).append(row)
+    for row, repository, tag, digest in parsed:
+        if tag:
+            continue
+        tags = [key for key in groups if key[0] == repository]
+        by_digest = [key for key in tags if any(r.get("image_digest") == digest for r in groups[key])]
+        key = by_digest[0] if len(by_digest) == 1 else tags[0] if len(tags) == 1 else (repository, "@" + digest)
+        groups.setdefault(key, []).append(row)
+    return groups
+
+
 def flag_image_ids(rows: list[dict]) -> list[dict]:
-    """Boxes that run one image reference should run one image: where their image IDs differ (a tag
-    that moved between two pulls, an image loaded by hand), each box whose ID is not the one most of
-    them run gets image_differs, saying what the others run."""
-    by_image: dict[str, list[dict]] = {}
-    for row in rows:
-        if row.get("reachable") and row.get("image_id") not in (None, "", UNKNOWN):
-            by_image.setdefault(str(row.get("image")), []).append(row)
-    for same in by_image.values():
+    """Boxes that run one image (one repository and tag, or its digest) should run one image ID: where the
+    IDs differ (a tag that moved between two pulls, an image loaded by hand), each box whose ID is not the
+    one most of them run gets image_differs, saying what the others run."""
+    known = [row for row in rows if row.get("reachable") and row.get("image_id") not in (None, "", UNKNOWN)]
+    for same in _image_groups(known).values():
         counts = Counter(row["image_id"] for row in same)
         if len(counts) < 2:
             continue

@@ -77,7 +77,8 @@ def input_errors(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Ma
 
 
 def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
-    """hosts (the serving boxes), hostvars and the gateway's settings -> {"routes": [...], "errors": [...]}.
+    """hosts (the serving boxes), hostvars and the gateway's settings -> {"routes": [...], "api_keys":
+    {slug: the boxes' key}, "errors": [...]}.
 
     settings: port (the first model's public port), router_port and metrics_port (the first
     router's; the next models' follow), model_ports ({model: public port}, required when more
@@ -104,7 +105,7 @@ def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[
         errors.append(
             f"The boxes serve {len(by_model)} models ({', '.join(sorted(by_model))}) and gateway_model_ports names "
             f"{sorted(model_ports) or 'none'}: give each model its public port, e.g. gateway_model_ports: {suggested}.")
-    result = []
+    result, api_keys = [], {}
     for index, model in enumerate(sorted(by_model)):
         members = by_model[model]
         errors += key_errors(model, members)
@@ -114,6 +115,8 @@ def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[
             "router_port": int(settings["router_port"]) + index,
             "metrics_port": int(settings["metrics_port"]) + index,
             "backends": [{"host": m["host"], "url": m["url"]} for m in members],
-            "api_key": members[0]["key"],
         })
-    return {"routes": result, "errors": errors}
+        api_keys[slug(model)] = members[0]["key"]
+    # The keys apart from the routes: every task that loops over the routes shows its items when it
+    # fails (or with -v); only the nginx site, which needs them, reads api_keys.
+    return {"routes": result, "api_keys": api_keys, "errors": errors}

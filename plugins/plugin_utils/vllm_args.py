@@ -36,6 +36,17 @@ _SWITCHES = (("enforce_eager", "--enforce-eager"),)
 # true -> --flag, false -> --no-flag, None or "" -> neither (vLLM decides per model).
 _TRI_STATE = (("enable_prefix_caching", "--enable-prefix-caching"),)
 
+# The flags of vLLM's parallel layout and multi-node mode, with their short forms (vLLM 0.19.1,
+# vllm/engine/arg_utils.py, EngineArgs.add_cli_args; vllm/entrypoints/cli/serve.py for --headless).
+# The role writes them itself: from vllm_tensor_parallel_size and vllm_pipeline_parallel_size for
+# the members of a cluster (plugins/plugin_utils/cluster_plan.py), none on a box of its own. Given
+# again in extra_args they fight the role's: -tp 2 on one Spark (one GPU) stops vLLM with "World
+# size (2) is larger than the number of available GPUs (1) in this node" (vllm/config/parallel.py:719).
+LAYOUT_FLAGS = {
+    "--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "-pp", "--nnodes": "-n", "--node-rank": "-r",
+    "--master-addr": None, "--master-port": None, "--headless": None,
+}
+
 # Text-only serving: skip the vision encoder's memory profiling (stalls start-up).
 TEXT_ONLY_LIMITS = {"image": 0, "video": 0}
 
@@ -146,4 +157,28 @@ def checked_settings(settings: dict[str, Any]) -> dict[str, Any]:
         for index, item in enumerate(extra):
             if not isinstance(item, str) and not _is_number(item):
                 raise ValueError(f"extra_args[{index}]: found {_found(item)}, expected a string (or a number)")
+        _refuse_layout_flags(extra)
     return result
+
+
+def flag_name(argument: Any) -> str:
+    """An argument as the flag vLLM reads: `--tensor_parallel_size=2` is --tensor-parallel-size
+    (vLLM's FlexibleArgumentParser takes underscores for dashes, vllm/utils/argparse_utils.py)."""
+    text = str(argument)
+    if not text.startswith("-"):
+        return ""
+    name = text.split("=", 1)[0]
+    return name if not name.startswith("--") else "--" + name[2:].replace("_", "-")
+
+
+def _refuse_layout_flags(extra: Any) -> None:
+    owned = {**{long: long for long in LAYOUT_FLAGS}, **{short: long for long, short in LAYOUT_FLAGS.items() if short}}
+    for index, item in enumerate(extra):
+        long = owned.get(flag_name(item))
+        if long:
+            raise ValueError(
+                f"extra_args[{index}]: found {item!r}, which the role sets itself ({long}): set "
+                "vllm_tensor_parallel_size and vllm_pipeline_parallel_size, and put the boxes that serve one model "
+                "together in a child group of `clusters` (roles/vllm/README.md, Clusters); a Spark has one GPU, and "
+                'vLLM stops a -tp 2 without --nnodes with "World size (2) is larger than the number of available '
+                'GPUs (1) in this node"')

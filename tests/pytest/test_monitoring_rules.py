@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import shutil
 import socket
 import struct
@@ -341,3 +342,11 @@ def test_the_console_in_a_headless_browser(prometheus, tmp_path):
     # Text anti-aliased on white gives dozens of shades; a blank or failed page gives one or two.
     assert len(colours) > 20, f"{len(colours)} colours: a blank page?"
     assert BAD in colours, "the firing alert's row is not painted in the console's .bad colour"
+
+
+def test_the_readmes_example_router_target_is_a_routers_metrics_port():
+    """The routers' metrics are on gateway_metrics_port and the ports after it, one per model (roles/gateway)."""
+    readme = (ROLE / "README.md").read_text(encoding="utf-8")
+    first = yaml.safe_load((ROOT / "roles" / "gateway" / "defaults" / "main.yml").read_text())["gateway_metrics_port"]
+    ports = [int(port) for port in re.findall(r'monitoring_router_targets: \[[^\]]*?:(\d+)"', readme)]
+    assert ports and all(first <= port < first + 10 for port in ports), ports

@@ -14,6 +14,8 @@ import pytest
 from spark_testinfra import recap_changed, run_playbook
 from test_fleet import BOXES, GATEWAY, GATEWAY_CA, GATEWAY_KEY, KEY, SITE, box, gateway_client
 
+GATEWAY_PLAYBOOK = SITE.parent / "playbooks" / "gateway.yml"
+
 ROUTER_METRICS = "http://127.0.0.1:29000/metrics"
 
 
@@ -60,7 +62,11 @@ def test_requests_with_the_key_reach_every_box(client):
     assert {name: after[name] - before[name] for name in BOXES} == dict.fromkeys(BOXES, 3.0)
 
 
-@pytest.mark.parametrize("key", [None, "wrong", KEY], ids=["no key", "a wrong key", "the boxes' key"])
+# nginx's map matches plain strings ignoring case: the key in upper case, or with one letter's case
+# swapped, passed until the map compared with a case-sensitive regular expression.
+@pytest.mark.parametrize("key", [None, "wrong", KEY, GATEWAY_KEY.upper(), GATEWAY_KEY[:-1] + GATEWAY_KEY[-1].upper()],
+                         ids=["no key", "a wrong key", "the boxes' key", "the key in upper case",
+                              "the key with one letter's case swapped"])
 def test_a_request_without_the_gateways_key_is_refused_at_the_gateway(client, key):
     before = {name: served(name) for name in BOXES}
     status, headers, body = ask(client, key)
@@ -114,6 +120,16 @@ def test_a_stopped_box_is_ejected_and_the_endpoint_keeps_answering(client):
         before = served("fleet-1") + served("fleet-2")
         assert [ask(client, GATEWAY_KEY, prompt=f"after the ejection {i}")[0] for i in range(4)] == [200] * 4
         assert served("fleet-1") + served("fleet-2") - before == 4
+        # The endpoint stays healthy for a load balancer in front of it while two of three boxes serve, and says so.
+        status, headers, body = ask(client, None, path="/health", method="GET")
+        assert status == 200, headers + body
+        assert {k: json.loads(body).get(k) for k in ("status", "healthy_workers", "total_workers")} == {
+            "status": "ready", "healthy_workers": 2, "total_workers": 3}
+        # The role's own wait asks that /health: a fleet with one box down is provisioned. Its output (a task
+        # that failed or not) shows no key.
+        result = run_playbook(GATEWAY_PLAYBOOK)
+        assert result.returncode == 0, result.output
+        assert KEY not in result.output and GATEWAY_KEY not in result.output
     finally:
         box("fleet-3").check_output("docker start vllm")
     started = time.monotonic()

@@ -328,6 +328,32 @@ CLUSTER_MEMBER_LOST = "\n".join([
     '(above) for the root cause.',
 ]) + "\n"
 
+# vLLM 0.19.1 refusing a parallel layout before anything starts: -tp 2 on one GPU without --nnodes (a
+# ValidationError of ParallelConfig, each line of the message under the process's prefix), --nnodes 2 with
+# Ray (the same class), and --api-server-count on a headless member (serve.py's ValueError).
+WORLD_SIZE = "\n".join([
+    "(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig",
+    "(APIServer pid=1)   Value error, World size (2) is larger than the number of available GPUs (1) in this node. "
+    "If this is intentional and you are using:",
+    "(APIServer pid=1) - ray, set '--distributed-executor-backend ray'.",
+    "(APIServer pid=1) - multiprocessing, set '--nnodes' appropriately. [type=value_error, "
+    "input_value=ArgsKwargs((), {'model_co...transfer_config': None}), input_type=ArgsKwargs]",
+]) + "\n"
+
+NNODES_RAY = "\n".join([
+    "(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig",
+    "(APIServer pid=1)   Value error, nnodes > 1 can only be set when distributed executor backend is mp, uni or "
+    "external_launcher. [type=value_error, input_value=ArgsKwargs((), {'model_co...transfer_config': None}), "
+    "input_type=ArgsKwargs]",
+]) + "\n"
+
+HEADLESS_API_SERVERS = "\n".join([
+    '(APIServer pid=1)   File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/cli/serve.py", line 57, in '
+    "cmd",
+    "(APIServer pid=1) ValueError: --api-server-count=2 cannot be used with --headless (no API servers are started "
+    "in headless mode).",
+]) + "\n"
+
 
 @pytest.mark.parametrize(("log", "key", "variable"), [
     (OOM, "oom", "vllm_enforce_eager"),
@@ -369,6 +395,9 @@ CLUSTER_MEMBER_LOST = "\n".join([
     (CLUSTER_MISSING, "cluster-member-missing", "vllm_master_port"),
     (CLUSTER_HEAD_UNREACHABLE, "cluster-head-unreachable", "vllm_master_port"),
     (CLUSTER_MEMBER_LOST, "cluster-member-lost", "vllm_master_port"),
+    (WORLD_SIZE, "parallel-layout", "vllm_tensor_parallel_size"),
+    (NNODES_RAY, "multi-node-backend", "vllm_extra_args"),
+    (HEADLESS_API_SERVERS, "headless-api-server-count", "vllm_extra_args"),
 ])
 def test_each_known_failure_is_diagnosed_first_and_names_its_variable(log: str, key: str, variable: str):
     found = diagnose(log)
@@ -387,7 +416,8 @@ def test_every_known_failure_has_a_test_excerpt():
               "invalid-tool-call-parser", "invalid-reasoning-parser", "auto-tool-choice-without-parser",
               "unknown-quantization", "gpu-memory-utilization-out-of-range", "unknown-load-format",
               "unknown-attention-backend", "model-not-first", "log-outputs-without-log-requests",
-              "cluster-member-missing", "cluster-head-unreachable", "cluster-member-lost"}
+              "cluster-member-missing", "cluster-head-unreachable", "cluster-member-lost", "parallel-layout",
+              "multi-node-backend", "headless-api-server-count"}
     assert {f.key for f in KNOWN_FAILURES} == tested
 
 
@@ -428,7 +458,8 @@ def test_summary_without_match_says_so():
                                  REASONING_PARSER, AUTO_TOOL, QUANTIZATION, REASONING_NOT_FOUND,
                                  REASONING_NOT_REGISTERED, UTILIZATION_ZERO, UTILIZATION_PERCENT, LOAD_FORMAT,
                                  ATTENTION_BACKEND, ATTENTION_BACKEND_TWICE, MODEL_NOT_FIRST, LOG_OUTPUTS,
-                                 CLUSTER_MISSING, CLUSTER_HEAD_UNREACHABLE, CLUSTER_MEMBER_LOST])
+                                 CLUSTER_MISSING, CLUSTER_HEAD_UNREACHABLE, CLUSTER_MEMBER_LOST, WORLD_SIZE, NNODES_RAY,
+                                 HEADLESS_API_SERVERS])
 def test_each_real_message_gets_exactly_one_diagnosis(log: str):
     # One cause, one advice: a real message must not also trip a neighbouring pattern.
     assert len(diagnose(log)) == 1, [f["key"] for f in diagnose(log)]
@@ -505,6 +536,12 @@ def test_patterns_made_from_vllms_texts_match_their_templates():
         "unknown-load-format": "unknown-load-format",
         "model-not-first": "model-not-first",
         "log-outputs-without-log-requests": "log-outputs-without-log-requests",
+        "world-size-above-gpus": "parallel-layout",
+        "nnodes-world-size": "parallel-layout",
+        "nnodes-node-rank": "parallel-layout",
+        "nnodes-executor-backend": "multi-node-backend",
+        "nnodes-data-parallel-backend": "multi-node-backend",
+        "headless-api-server-count": "headless-api-server-count",
     }
     for name, key in samples.items():
         file, line, template = MESSAGES[name]

@@ -258,3 +258,24 @@ def test_the_same_sizes_without_the_plan_are_refused_by_vllm(standin: ModuleType
     """The check above can fail: tensor size 2 on one Spark without --nnodes is what vLLM refuses."""
     code, out = validate(standin, model, ["--enforce-eager", "--tensor-parallel-size", "2"], monkeypatch)
     assert code == 1 and "World size (2) is larger than the number of available GPUs (1)" in out
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    (["--api-server-count", "2"], "a worker runs vLLM --headless"),
+    (["-asc=1"], "a worker runs vLLM --headless"),
+    (["--distributed-executor-backend", "ray"], "nnodes > 1 can only be set when distributed executor backend"),
+    (["--distributed_executor_backend=ray"], "nnodes > 1 can only be set when distributed executor backend"),
+    (["-dpb", "ray"], "nnodes > 1 is only supported with data_parallel_backend=mp"),
+])
+def test_extra_args_vllm_refuses_in_multi_node_mode_are_refused_before_any_member_starts(extra: list[str],
+                                                                                         expected: str):
+    settings = {m: {"settings": {"extra_args": extra}} for m in ("spark-a", "spark-b")}
+    (found,) = errors_of(member_settings=settings)
+    assert expected in found and "vllm_extra_args" in found
+
+
+@pytest.mark.parametrize("extra", [["--api-server-count", "0"], ["--distributed-executor-backend", "mp"],
+                                   ["--distributed-timeout-seconds", "30"]])
+def test_extra_args_vllm_takes_in_multi_node_mode_pass(extra: list[str]):
+    settings = {m: {"settings": {"extra_args": extra}} for m in ("spark-a", "spark-b")}
+    assert "errors" not in plan(inputs(member_settings=settings))

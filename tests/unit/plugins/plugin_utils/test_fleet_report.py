@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from ansible_collections.sparkfleet.serving.plugins.filter.fleet import FilterModule
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import cluster_of_host
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report import (
     BENCHMARK_COLUMNS,
@@ -16,6 +17,8 @@ from ansible_collections.sparkfleet.serving.plugins.plugin_utils.fleet_report im
     benchmark_fleet,
     benchmark_row,
     firewall_state,
+    flag_image_ids,
+    image_name,
     last_watchdog_action,
     parse_metrics,
     percentile,
@@ -353,3 +356,51 @@ def test_a_box_whose_image_id_differs_from_the_others_on_the_same_reference_is_f
     assert [unit["image_differs"] for unit in status_units(rows, {})] == ["", "", ""]
     # The boxes' own rows are not changed in place.
     assert "image_differs" in rows[2] and rows[2]["image_differs"] == ""
+
+
+def box_on(host: str, image: str, image_id: str, digests: list[str]) -> dict:
+    return status_row(raw(host=host, image={"Id": image_id, "RepoDigests": digests},
+                          container={"State": {"Status": "running"}, "Config": {"Image": image}, "Image": image_id}))
+
+
+def test_a_box_on_the_digest_is_compared_with_the_boxes_on_the_tag():
+    """vllm_image_digest makes the role run repository@digest: that box runs the tag's image (or not) all the same."""
+    pinned = "vllm/vllm-openai@sha256:" + "d" * 64
+    other = "sha256:" + "c" * 64
+    rows = [status_row(raw(host=f"spark-{n}")) for n in (1, 2)] + [box_on("spark-3", pinned, other, [pinned])]
+    flagged = flag_image_ids(rows)
+    assert [row["image_differs"] for row in flagged] == ["", "", f"differs from {RECORD['image_id'][:19]} on "
+                                                          "spark-1, spark-2"]
+    # The digest of the tag's own image: the same image, nothing to flag.
+    same = "vllm/vllm-openai@sha256:" + "b" * 64
+    rows[2] = box_on("spark-3", same, RECORD["image_id"], [same])
+    assert [row["image_differs"] for row in flag_image_ids(rows)] == ["", "", ""]
+
+
+def test_a_digest_is_compared_with_the_tag_whose_image_has_it_when_the_repository_has_two_tags():
+    new = "sha256:" + "e" * 64
+    rows = [status_row(raw(host="spark-1")),
+            box_on("spark-2", "vllm/vllm-openai:v0.20.0", new, ["vllm/vllm-openai@sha256:" + "f" * 64]),
+            box_on("spark-3", "vllm/vllm-openai@sha256:" + "b" * 64, new, [])]
+    assert [row["image_differs"] for row in flag_image_ids(rows)] == [
+        "", "", f"differs from {RECORD['image_id'][:19]} on spark-1"]
+
+
+def test_the_json_rows_carry_the_flag_the_table_shows():
+    """playbooks/status.yml writes fleet_image_flags' rows as the JSON's hosts: the flag the table shows is there."""
+    other = "sha256:" + "c" * 64
+    rows = [status_row(raw(host=f"spark-{n}")) for n in (1, 2)] + [box_on("spark-3", RECORD["image"], other, [])]
+    flagged = FilterModule().filters()["fleet_image_flags"](rows)
+    assert flagged[2]["image_differs"] == status_units(rows, {})[2]["image_differs"] != ""
+    assert rows[2]["image_differs"] == ""
+
+
+@pytest.mark.parametrize(("reference", "expected"), [
+    ("vllm/vllm-openai:v0.19.1", ("vllm/vllm-openai", "v0.19.1", "")),
+    ("vllm/vllm-openai", ("vllm/vllm-openai", "latest", "")),
+    ("registry:5000/vllm/vllm-openai", ("registry:5000/vllm/vllm-openai", "latest", "")),
+    ("registry:5000/vllm/vllm-openai:v1@sha256:ab", ("registry:5000/vllm/vllm-openai", "v1", "sha256:ab")),
+    ("vllm/vllm-openai@sha256:ab", ("vllm/vllm-openai", "", "sha256:ab")),
+])
+def test_image_name(reference: str, expected: tuple[str, str, str]):
+    assert image_name(reference) == expected

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_args import build_serve_args
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_args import (
+    LAYOUT_FLAGS,
+    build_serve_args,
+    checked_settings,
+)
 
 STABLE = {
     "model_path": "/model", "served_model_name": "qwen3.5-35b", "host": "0.0.0.0", "port": 8000,
@@ -73,3 +77,21 @@ def test_prefix_caching_is_tri_state_as_in_vllm(value: object, expected: list[st
 def test_prefix_caching_refuses_what_is_not_a_tri_state():
     with pytest.raises(ValueError, match="enable_prefix_caching is 'sometimes'"):
         build_serve_args(dict(STABLE, enable_prefix_caching="sometimes"))
+
+
+@pytest.mark.parametrize("extra", [["-tp", "2"], ["--tensor-parallel-size=2"], ["--tensor_parallel_size", "2"],
+                                   ["--seed", "1", "-pp", "2"], ["--nnodes", "2"], ["--headless"],
+                                   ["--master-addr", "10.0.0.1"]])
+def test_the_parallel_layout_in_extra_args_is_refused_with_the_roles_variables(extra: list[str]):
+    with pytest.raises(ValueError, match="the role sets itself") as refused:
+        checked_settings(dict(STABLE, extra_args=extra))
+    assert "vllm_tensor_parallel_size" in str(refused.value) and "clusters" in str(refused.value)
+
+
+def test_the_layout_flags_are_vllms_own_with_their_short_forms():
+    """LAYOUT_FLAGS against the stand-in's table, generated from vLLM 0.19.1's sdist."""
+    table_path = Path(__file__).resolve().parents[3] / "testbed" / "vllm-standin" / "vllm_serve.json"
+    table = json.loads(table_path.read_text())
+    aliases = {option["options"][0]: option["options"][1:] for option in table["options"]}
+    assert {flag: ([short] if short else []) for flag, short in LAYOUT_FLAGS.items()} == {
+        flag: aliases[flag] for flag in LAYOUT_FLAGS}
