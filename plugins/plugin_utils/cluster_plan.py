@@ -169,8 +169,10 @@ def _heads(config: Any, tensor: int, errors: list[str], warnings: list[str]) -> 
 
 
 def _same_settings(members: list[str], settings: Any, errors: list[str]) -> None:
-    """Every member must run the same vLLM settings, image digest and model commit: the ranks
-    of one model with different weights or code do not fail cleanly."""
+    """Every member must run the same vLLM settings, image reference and model commit: the ranks
+    of one model with different weights or code do not fail cleanly. (One reference can name two
+    images on two boxes: the vllm role compares the image IDs once every member staged its image,
+    roles/vllm/tasks/install.yml.)"""
     if settings is None:
         return
     if not isinstance(settings, Mapping):

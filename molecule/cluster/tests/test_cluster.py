@@ -198,6 +198,29 @@ def assert_started_anew(before: dict[str, str]) -> None:
     assert chat()
 
 
+def test_a_member_whose_tag_names_another_image_is_refused_before_any_member_changes():
+    """One tag, two images: on the worker the configured reference is made to name another image (the same
+    one with a label, as a build by hand or a tag that moved between two pulls leaves it). The run stops
+    before any member's container changes; the head is not recreated on one image and the worker on another."""
+    worker = box(WORKER)
+    reference = inspect(WORKER)["Config"]["Image"]
+    original = worker.check_output(f"docker image inspect -f '{{{{.Id}}}}' {reference}")
+    before = {name: (inspect(name)["Image"], inspect(name)["State"]["StartedAt"]) for name in LINK}
+    worker.check_output(f"printf 'FROM {reference}\\nLABEL org.sparkfleet.test=another-build\\n' | "
+                        f"DOCKER_BUILDKIT=0 docker build -q -t {reference} -")
+    other = worker.check_output(f"docker image inspect -f '{{{{.Id}}}}' {reference}")
+    try:
+        assert other != original
+        done = run_playbook(SCENARIO / "converge.yml")
+        assert done.returncode != 0, done.output[-4000:]
+        assert (f"The members of cluster pair1 have different images under {reference}: {HEAD} has {original}, "
+                f"{WORKER} has {other}.") in " ".join(done.output.split())
+        assert {name: (inspect(name)["Image"], inspect(name)["State"]["StartedAt"]) for name in LINK} == before
+    finally:
+        worker.check_output(f"docker tag {original} {reference} && docker rmi {other}")
+    assert chat()
+
+
 def test_a_killed_worker_starts_the_cluster_anew_as_one_unit():
     # `docker kill` is a manual stop: Docker does not restart the worker, the role finds it not running.
     before = started()

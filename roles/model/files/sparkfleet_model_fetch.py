@@ -532,6 +532,29 @@ class Source:
                 time.sleep(wait)
 
 
+def one_get_per_attempt() -> None:
+    """huggingface_hub's http_get tries a GET that times out, is refused or is cut 5 more times itself, 1 s
+    apart, and counts again from 5 after every chunk it receives (huggingface_hub 2.4.0, file_download.py:343,
+    465-483): a CDN that accepts a shard's GET and never answers held each of this program's attempts for
+    6 x --api-timeout, and one that sends a chunk now and then, for ever. With _nb_retries 0 its first failure
+    is raised at once: this program's retries (Source.retried, each one in the state file, the partial resumed)
+    are the only ones, so a stalled CDN ends as a stalled API does."""
+    from huggingface_hub import file_download  # noqa: PLC0415
+
+    original = file_download.http_get
+    if getattr(original, "sparkfleet_one_get", False):
+        return
+
+    @functools.wraps(original)
+    def http_get(*args: Any, **kwargs: Any) -> None:
+        kwargs["_nb_retries"] = 0
+        return original(*args, **kwargs)
+
+    http_get.sparkfleet_one_get = True  # type: ignore[attr-defined]
+    # hf_hub_download and resume() look the name up in the module when they call it.
+    file_download.http_get = http_get
+
+
 class HuggingFaceSource(Source):
     name = "huggingface"
 
@@ -568,6 +591,7 @@ class HuggingFaceSource(Source):
     def fetch(self, remote: RemoteFile, commit: str, staging: Path) -> Path:
         from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
+        one_get_per_attempt()
         ByteCounter.state = self.state
         adopt_partial(staging, remote)  # what an earlier attempt of this run (or a killed run) received
         part = staging / f"{remote.path}.part"

@@ -92,6 +92,23 @@ def test_modelscope_retries_a_503_per_file_and_counts_true(run: Runner, hub: Hub
     assert result.state["bytes_downloaded"] == served(hub)
 
 
+@pytest.mark.parametrize(("source", "revision"), [("huggingface", "main"), ("modelscope", "master")])
+def test_a_stalled_cdn_ends_in_hub_unreachable_as_a_stalled_api_does(run: Runner, hub: Hub, source: str, revision: str):
+    """A weight file's GET accepted and never answered (a stalled CDN edge): each attempt ends after
+    --api-timeout, as an API request does, through either client; then HubUnreachable names the file."""
+    hub.faults(stall_file_seconds=100)
+    result = run("--api-timeout", "1", "--retries", "1", "--include", "model-00001-*", source=source,
+                 revision=revision)
+    assert result.rc == 1 and result.kind == "HubUnreachable", result.stderr[-3000:]
+    message = result.state["error"]["message"]
+    assert "model-00001-" in message and "failed 2 times" in message and "timeout 1 s" in message, message
+    assert result.state["retries"] == 1
+    # One stalled GET per attempt: no retry loop of a client's own multiplies the wait (huggingface_hub's
+    # http_get made 6 of each until the program turned it off).
+    held = [r for r in transfers(hub) if not r.get("status")]
+    assert len(held) == 2, [(r["path"], r.get("status")) for r in transfers(hub)]
+
+
 @contextlib.contextmanager
 def read_only(directory: Path) -> Iterator[None]:
     """A read-only bind mount of `directory` on itself (root only; skipped where mounts are refused)."""

@@ -283,6 +283,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.method == "GET" and self.state.faults.file_503_once and self.state.faults.first_time(
                 "file_503_once", meta["sha256"]):
             raise unavailable(self.path.startswith("/api/v1/"))
+        if self.method == "GET" and weight and self.state.faults.stall_file_seconds:
+            time.sleep(self.state.faults.stall_file_seconds)
         size = meta["size"]
         start, end = 0, size - 1
         status = 200

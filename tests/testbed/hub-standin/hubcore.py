@@ -46,6 +46,9 @@ class Faults:
     file_503_once: bool = False
     # The first transfer of each weight file is cut (connection closed) after N body bytes; the next is whole.
     cut_once_after_bytes: int | None = None
+    # Every GET of a weight file's body (HF resolve and CDN, ModelScope) is accepted and waits this long
+    # before its first byte: a stalled CDN edge.
+    stall_file_seconds: int | None = None
     # What the one-off faults already hit (sha256 of the file): not a switch, not in the answers.
     _hit: dict[str, set[str]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -53,7 +56,7 @@ class Faults:
     KINDS: ClassVar[dict[str, type]] = {
         "throttle_bps": int, "cut_after_bytes": int, "corrupt": bool, "require_token": bool,
         "stall_api_seconds": int, "api_503_count": int, "file_503_once": bool, "cut_once_after_bytes": int,
-        "reset": bool,
+        "stall_file_seconds": int, "reset": bool,
     }
 
     def switches(self) -> dict[str, Any]:
