@@ -19,6 +19,8 @@ from typing import Any
 # RFC 6750's b64token: what an `Authorization: Bearer` value may hold. The keys are written
 # into nginx's configuration, so anything else (quotes, `$`, spaces) is refused, not escaped.
 TOKEN = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")
+# The first router's own metrics port on 127.0.0.1 (the role's gateway_router_metrics_port).
+ROUTER_METRICS_PORT = 31000
 
 
 def slug(model: str) -> str:
@@ -114,6 +116,8 @@ def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[
             "port": int(model_ports.get(model, settings["port"])),
             "router_port": int(settings["router_port"]) + index,
             "metrics_port": int(settings["metrics_port"]) + index,
+            # The router's own, on 127.0.0.1: nginx serves metrics_port to the allowed sources alone.
+            "router_metrics_port": int(settings.get("router_metrics_port") or ROUTER_METRICS_PORT) + index,
             "backends": [{"host": m["host"], "url": m["url"]} for m in members],
         })
         api_keys[slug(model)] = members[0]["key"]

@@ -95,6 +95,17 @@ def test_the_routers_administration_is_not_served(client, method, path):
     assert client.run("curl -sS --max-time 5 http://fleet-1:30000/list_workers").rc != 0
 
 
+def test_the_routers_metrics_are_served_to_loopback_and_the_allowed_sources_alone():
+    gateway = box("fleet-1")
+    assert "vllm_router_worker_health" in gateway.check_output(f"curl -fsS {ROUTER_METRICS}")
+    # fleet-1's own LAN address is neither loopback nor in gateway_metrics_sources: nginx refuses it, whether or
+    # not ufw runs (ufw lets a host reach itself, so only nginx stands here).
+    assert gateway.check_output("curl -sS -o /dev/null -w '%{http_code}' http://fleet-1:29000/metrics") == "403"
+    # The router's own metrics listener is on 127.0.0.1 alone.
+    listeners = gateway.check_output("ss -Htln")
+    assert "127.0.0.1:31000 " in listeners and "0.0.0.0:31000" not in listeners and "*:31000" not in listeners
+
+
 def test_the_router_runs_from_its_wheel_in_a_hardened_unit():
     gateway = box("fleet-1")
     unit = gateway.service("sparkfleet-router@qwen3-5-35b")
