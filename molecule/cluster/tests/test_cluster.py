@@ -235,7 +235,7 @@ def answers() -> str | None:
     """chat()'s answer, or None while the head's API does not serve."""
     try:
         return chat()
-    except Exception:  # noqa: BLE001 - any failure of the client is "not serving"
+    except Exception:  # any failure of the client is "not serving"
         return None
 
 
