@@ -21,6 +21,9 @@ from typing import Any
 TOKEN = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")
 # The first router's own metrics port on 127.0.0.1 (the role's gateway_router_metrics_port).
 ROUTER_METRICS_PORT = 31000
+# A route's standby router (ports this far above the router's own), which serves while the router restarts with
+# changed settings (roles/gateway/tasks/restart.yml): nginx passes a request to it when the router refuses it.
+STANDBY_OFFSET = 500
 
 
 def slug(model: str) -> str:
@@ -118,6 +121,9 @@ def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[
             "metrics_port": int(settings["metrics_port"]) + index,
             # The router's own, on 127.0.0.1: nginx serves metrics_port to the allowed sources alone.
             "router_metrics_port": int(settings.get("router_metrics_port") or ROUTER_METRICS_PORT) + index,
+            "standby_port": int(settings["router_port"]) + STANDBY_OFFSET + index,
+            "standby_metrics_port": int(settings.get("router_metrics_port") or ROUTER_METRICS_PORT) + STANDBY_OFFSET
+            + index,
             "backends": [{"host": m["host"], "url": m["url"]} for m in members],
         })
         api_keys[slug(model)] = members[0]["key"]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from spark_testinfra import recap_changed, run_playbook
-from test_fleet import BOXES, GATEWAY, GATEWAY_CA, GATEWAY_KEY, KEY, SITE, box, gateway_client
+from test_fleet import BOXES, GATEWAY, GATEWAY_CA, GATEWAY_KEY, KEY, SITE, box, gateway_client, gateway_load, routed
 
 GATEWAY_PLAYBOOK = SITE.parent / "playbooks" / "gateway.yml"
 
@@ -158,6 +158,39 @@ def test_a_stopped_box_is_ejected_and_the_endpoint_keeps_answering(client):
         assert ask(client, GATEWAY_KEY, prompt=f"fleet-3 is back {asked}")[0] == 200
         asked += 1
         time.sleep(0.5)
+
+
+def router_process() -> tuple[str, str]:
+    """(PID, command line) of the router of the scenario's model."""
+    pid = box("fleet-1").check_output("systemctl show -p MainPID --value sparkfleet-router@qwen3-5-35b")
+    return pid, box("fleet-1").check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
+
+
+def test_gateway_changes_under_load_fail_no_request():
+    """A box dropped from the gateway's backends, added back, and a router setting changed and changed back, each
+    a run of playbooks/gateway.yml while clients on fleet-2 send requests through the gateway: no request fails.
+    The boxes change through the running router's API (no restart); a setting restarts the router while its
+    standby serves."""
+    pid, _args = router_process()
+    with gateway_load() as load:
+        dropped = run_playbook(GATEWAY_PLAYBOOK, {"gateway_serving_hosts": ["fleet-1", "fleet-2"]})
+        assert dropped.returncode == 0, dropped.output[-3000:]
+        assert sorted(routed()) == ["http://fleet-1:8000", "http://fleet-2:8000"]
+        added = run_playbook(GATEWAY_PLAYBOOK)
+        assert added.returncode == 0, added.output[-3000:]
+        assert sorted(routed()) == [f"http://{name}:8000" for name in BOXES]
+        assert router_process()[0] == pid, "a change of the backends restarted the router"
+        changed = run_playbook(GATEWAY_PLAYBOOK, {"gateway_health_check_interval": 4})
+        assert changed.returncode == 0, changed.output[-3000:]
+        new_pid, args = router_process()
+        assert new_pid != pid and "--health-check-interval-secs 4 " in args
+        back = run_playbook(GATEWAY_PLAYBOOK)
+        assert back.returncode == 0, back.output[-3000:]
+        # The standby served only while the router restarted.
+        standby = box("fleet-1").run("systemctl is-active sparkfleet-router-standby@qwen3-5-35b")
+        assert standby.stdout.strip() != "active"
+    assert load["failed"] == [] and load["ok"] > 0, load["failed"][:5]
+    print(f"gateway changes under load: {load['ok']} requests answered, none failed")
 
 
 def test_site_refuses_bad_gateway_settings_before_anything_changes():

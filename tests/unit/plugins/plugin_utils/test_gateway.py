@@ -34,6 +34,7 @@ def test_one_model_is_one_route_on_the_gateway_port_with_every_box():
     assert result["errors"] == []
     (route,) = result["routes"]
     assert route["port"] == 8080 and route["router_port"] == 30000 and route["metrics_port"] == 29000
+    assert (route["router_metrics_port"], route["standby_port"], route["standby_metrics_port"]) == (31000, 30500, 31500)
     assert [b["url"] for b in route["backends"]] == ["http://a:8000", "http://10.0.0.2:8000", "http://c:8001"]
     assert result["api_keys"] == {"qwen3-5-35b": "sk-box"} and route["slug"] == "qwen3-5-35b"
     # A task looping over the routes shows its items when it fails: no key may be among them.
