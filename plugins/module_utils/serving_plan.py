@@ -49,6 +49,42 @@ DEFAULT_UTILIZATION = 0.9
 VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 VLLM_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 
+# The flags of vLLM 0.19.1 whose values the rules read (vllm/engine/arg_utils.py, EngineArgs.add_cli_args),
+# as extra arguments may give them where the role does not (the role refuses a flag it writes itself twice,
+# roles/vllm/tasks/preflight.yml): a setting left unset, with the flag in vllm_extra_args. argparse keeps the
+# last value, and the role puts the extra arguments last.
+EXTRA_VALUED = {"--kv-cache-dtype": "kv_cache_dtype", "--max-num-batched-tokens": "max_num_batched_tokens",
+                "--mamba-cache-mode": "mamba_cache_mode"}
+EXTRA_SWITCHES = {"--enable-prefix-caching": ("enable_prefix_caching", True),
+                  "--no-enable-prefix-caching": ("enable_prefix_caching", False),
+                  "--enforce-eager": ("enforce_eager", True), "--no-enforce-eager": ("enforce_eager", False)}
+
+
+def with_extra_args(settings: dict, extra_args: list | None) -> dict:
+    """settings with what extra_args sets of EXTRA_VALUED and EXTRA_SWITCHES (--flag value, --flag=value;
+    vLLM's parser reads underscores as dashes). A value it cannot read is left to vLLM to refuse."""
+    result = dict(settings)
+    words = [str(word) for word in extra_args or []]
+    for index, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        name = "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+        if name in EXTRA_SWITCHES:
+            key, state = EXTRA_SWITCHES[name]
+            result[key] = state
+        elif name in EXTRA_VALUED:
+            if not eq:
+                value = words[index + 1] if index + 1 < len(words) else ""
+            key = EXTRA_VALUED[name]
+            if key == "max_num_batched_tokens":
+                try:
+                    result[key] = int(value)
+                except ValueError:
+                    continue
+            else:
+                result[key] = value
+    return result
+
+
 DEFAULT_THRESHOLDS = {
     # Memory that must be left after the weights on unified memory.
     "min_free_after_weights_bytes": MIN_FREE_AFTER_WEIGHTS_BYTES,
@@ -165,7 +201,10 @@ def rule_mamba_align_block_size(settings: dict, facts: dict, plan: dict) -> list
     (vllm/config/vllm.py:1737-1743). Unset, prefix caching is off for hybrid models
     (vllm/config/model.py:1785-1790), and so is the assertion.
     """
-    if not plan["hybrid"] or plan["prefix_caching"] is not True:
+    mode = plan["mamba_cache_mode"]
+    # The stand-in's reading of the same lines (tests/testbed/vllm-standin/vllm, check_vllm_config): an explicit
+    # --mamba-cache-mode align selects the mode too, prefix caching does unless the mode is "all".
+    if not plan["hybrid"] or not (mode == "align" or (plan["prefix_caching"] is True and mode != "all")):
         return []
     kv = plan["kv_cache_dtype"]
     block = aligned_block_size(plan["config"], kv)
@@ -487,6 +526,7 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
         "hybrid": is_hybrid(config),
         "kv_cache_dtype": (settings.get("kv_cache_dtype") or "auto").lower(),
         "prefix_caching": tri_state(settings.get("enable_prefix_caching"), "enable_prefix_caching"),
+        "mamba_cache_mode": str(settings.get("mamba_cache_mode") or "none").lower(),
         # `or 0.9` would read an explicit 0 as vLLM's default; only an unset value is the default.
         "utilization": float(DEFAULT_UTILIZATION if utilization is None else utilization),
         "weights_bytes": weights,

@@ -160,6 +160,9 @@ options:
         filter reads it) and V(served_model_name) stand for the options of those names, which must not be given
         as well; its other keys are the command line's only (its V(model_path) is the path inside the container,
         not O(model_path)).
+      - Its V(extra_args) (the words the command line ends with) are read for the flags the rules check
+        (C(--kv-cache-dtype), C(--max-num-batched-tokens), C(--mamba-cache-mode), C(--[no-]enable-prefix-caching),
+        C(--[no-]enforce-eager)): vLLM keeps the last value of a flag, and they come last.
     type: dict
 seealso:
   - module: sparkfleet.serving.gpu_facts
@@ -290,7 +293,11 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import (
     load_config_json,
     meminfo_total,
 )
-from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import check_plan, parse_size
+from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import (
+    check_plan,
+    parse_size,
+    with_extra_args,
+)
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import vllm_length
 
 SETTINGS = (
@@ -418,6 +425,8 @@ def plan(module: AnsibleModule) -> tuple[dict, dict]:
     params = with_settings(module.params, module.argument_spec)
     thresholds = check_options(params)
     settings = {name: params[name] for name in SETTINGS}
+    # What vllm_extra_args sets of the flags the rules read (a flag the settings leave unset).
+    settings = with_extra_args(settings, (params.get("settings") or {}).get("extra_args"))
     settings["max_model_len"] = vllm_length(params["max_model_len"], "max_model_len")
     settings["model_config"], settings["weights_on_disk_bytes"] = read_model_dir(params["model_path"])
     facts = box_facts(module)

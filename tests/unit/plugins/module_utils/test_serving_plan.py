@@ -13,7 +13,11 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.model_architect
     model_key,
     precision_of,
 )
-from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import check_plan, parse_size
+from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import (
+    check_plan,
+    parse_size,
+    with_extra_args,
+)
 
 SPARK = {
     "unified_memory": True,
@@ -414,3 +418,31 @@ def test_align_mode_also_refuses_a_small_batch_with_the_auto_kv_cache():
     assert "kv_cache_dtype auto" not in message.split(":")[-1]
     assert "max_num_batched_tokens >= 1056" in message
     assert "mamba_align_block_size" not in rules(plan(max_num_batched_tokens=1056))
+
+
+# --- what vllm_extra_args sets of the flags the rules read -----------------------------------
+
+
+@pytest.mark.parametrize("extra", [["--enable-prefix-caching"], ["--enable_prefix_caching"],
+                                   ["--mamba-cache-mode", "align"], ["--mamba-cache-mode=align"]])
+def test_fp8_kv_with_default_batched_tokens_and_align_mode_from_extra_args_is_refused(extra: list[str]):
+    # The role writes --enable-prefix-caching only when the setting is true; left unset, the flag can come through
+    # vllm_extra_args (the role refuses only a flag it writes itself), and vLLM then stops with the assertion.
+    settings = with_extra_args({**RECIPE, "kv_cache_dtype": "fp8", "max_num_batched_tokens": None,
+                                "enable_prefix_caching": None}, extra)
+    result = check_plan(settings, SPARK)
+    assert "mamba_align_block_size" in rules(result, "error")
+    assert "block_size (2096) must be <= max_num_batched_tokens" in " ".join(result["errors"])
+
+
+def test_the_kv_cache_dtype_and_batch_from_extra_args_are_the_ones_checked():
+    settings = with_extra_args({**RECIPE, "kv_cache_dtype": "auto", "max_num_batched_tokens": None,
+                                "enable_prefix_caching": True}, ["--kv-cache-dtype", "fp8"])
+    assert settings["kv_cache_dtype"] == "fp8"
+    assert "mamba_align_block_size" in rules(check_plan(settings, SPARK), "error")
+    enough = with_extra_args(settings, ["--max-num-batched-tokens=4096"])
+    assert "mamba_align_block_size" not in rules(check_plan(enough, SPARK))
+    # "all" keeps prefix caching out of align mode (vLLM's other mode for hybrid models).
+    other = with_extra_args({**RECIPE, "kv_cache_dtype": "fp8", "max_num_batched_tokens": None,
+                             "enable_prefix_caching": True}, ["--mamba-cache-mode", "all"])
+    assert "mamba_align_block_size" not in rules(check_plan(other, SPARK))
