@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: three simulated DGX Sparks (the fleet Molecule scenario's platforms; fleet-1 is also
 # the gateway, the image cache and Prometheus) provisioned by the site playbook, then the fleet's
-# status table, one request answered by each box and one through the gateway.
+# status table, one request answered by each box and one through the gateway, and the fleet's
+# console on this machine (with its screenshot).
 # `make demo-clean` (this script with `clean`) removes them. Molecule keeps its state in
 # DEMO_STATE (default .demo/ in the checkout), so that both find the same boxes.
 #
@@ -16,7 +17,15 @@ export MOLECULE_EPHEMERAL_DIRECTORY=${DEMO_STATE:-$root/.demo}
 inventory=$MOLECULE_EPHEMERAL_DIRECTORY/inventory
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
+# The console's port on this machine (tests/testbed/forward.py: `ssh -L` for a simulated box).
+console_port=${DEMO_CONSOLE_PORT:-19090}
+forward_pid=$MOLECULE_EPHEMERAL_DIRECTORY/console-forward.pid
+stop_forward() {
+    if [ -s "$forward_pid" ]; then kill "$(cat "$forward_pid")" 2>/dev/null || true; rm -f "$forward_pid"; fi
+}
+
 if [ "${1:-}" = clean ]; then
+    stop_forward
     molecule destroy -s fleet
     rm -rf "$MOLECULE_EPHEMERAL_DIRECTORY"
     exit 0
@@ -85,6 +94,31 @@ print(v.get("gateway_api_key", ""), v.get("gateway_port", 8080), v.get("gateway_
         "$(ask "$gateway" "$key" "https://127.0.0.1:$port/v1/chat/completions" "$body" --cacert "$cert")"
 done
 
+# The console (roles/monitoring: Prometheus's console template on the monitoring host, 127.0.0.1:9090 there,
+# as on a real box), reached from this machine through tests/testbed/forward.py, and its screenshot when
+# Chromium is installed (.ci/setup installs it).
+console="" screenshot=""
+monitor=$(ansible-inventory -i "$inventory" --list | python3 -c '
+import json, sys
+print((json.load(sys.stdin).get("monitoring", {}).get("hosts") or [""])[0])')
+if [ -n "$monitor" ]; then
+    stop_forward
+    setsid python3 tests/testbed/forward.py "127.0.0.1:$console_port" "$monitor" 9090 \
+        >"$MOLECULE_EPHEMERAL_DIRECTORY/console-forward.log" 2>&1 </dev/null &
+    echo $! >"$forward_pid"
+    console="http://127.0.0.1:$console_port/consoles/sparkfleet.html"
+    say "The fleet's console ($console, Prometheus on $monitor)"
+    for _ in $(seq 1 50); do curl -fsS -o /dev/null "$console" 2>/dev/null && break; sleep 0.2; done
+    chromium=$(command -v chromium || command -v chromium-browser || true)
+    if [ -n "$chromium" ]; then
+        screenshot=$MOLECULE_EPHEMERAL_DIRECTORY/console.png
+        "$chromium" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1400 \
+            --virtual-time-budget=8000 --screenshot="$screenshot" "$console" >/dev/null 2>&1 || screenshot=""
+    fi
+    echo "  console:    $console"
+    echo "  screenshot: ${screenshot:-none (chromium is not installed)}"
+fi
+
 first=${hosts%% *}
 cat <<EOF
 
@@ -95,5 +129,6 @@ Up: ${hosts// /, }${converge_s}. The boxes are containers, vLLM in them is a sta
               ansible-playbook -i $inventory site.yml
   status:     ansible-playbook -i $inventory playbooks/status.yml
   benchmark:  ansible-playbook -i $inventory playbooks/benchmark.yml -e benchmark_num_prompts=16
+  console:    ${console:-none (no monitoring host)}${screenshot:+   (screenshot: $screenshot)}
   tear down:  make demo-clean
 EOF
