@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
+import openai
 import pytest
 
 STANDIN_DIR = Path(__file__).resolve().parent / "vllm-standin"
@@ -416,6 +417,24 @@ def test_v1_needs_the_key(server: Server):
     status, text = server.request("/v1/models")
     assert status == 200
     assert [m["id"] for m in json.loads(text)["data"]] == [SERVED]
+
+
+def test_the_responses_and_anthropic_messages_apis_answer_with_the_key(server: Server):
+    """vLLM 0.19.1 serves both for a text-generation model (vllm/entrypoints/openai/generate/api_router.py:19-42);
+    through the openai and the plain JSON shapes of their protocol classes."""
+    client = openai.OpenAI(base_url=server.base + "/v1", api_key=KEY, max_retries=0, timeout=10)
+    reply = client.responses.create(model=SERVED, input="Say OK through the responses API", max_output_tokens=32)
+    assert reply.object == "response" and reply.status == "completed" and "responses API" in reply.output_text
+    assert reply.usage.output_tokens == len(reply.output_text.split())
+    status, text = server.request("/v1/messages", {"model": SERVED, "max_tokens": 32,
+                                                   "messages": [{"role": "user", "content": "Hello Anthropic"}]})
+    message = json.loads(text)
+    assert status == 200 and message["type"] == "message" and message["stop_reason"] == "end_turn"
+    assert "Anthropic" in message["content"][0]["text"]
+    assert server.request("/v1/responses", {"model": SERVED, "input": "x"}, key=None)[0] == 401
+    # Paths vLLM serves elsewhere (/tokenize) or only for other tasks (audio, pooling): its 404.
+    for path in ("/v1/tokenize", "/v1/audio/transcriptions", "/v1/embeddings"):
+        assert server.request(path, {"model": SERVED, "input": "x"})[0] == 404, path
 
 
 def test_key_from_environment(model: Path):

@@ -87,6 +87,32 @@ def test_the_boxes_key_never_reaches_a_client_nor_the_routers_command_line(clien
     assert KEY not in gateway.check_output("ps -eo args; cat /etc/sparkfleet-gateway/*.env")
 
 
+def post(client, path: str, body: dict | None = None, form: str = "") -> tuple[int, str]:
+    """(status, body) of a POST through the gateway with its key: JSON, or a multipart form (curl -F)."""
+    payload = f"-F '{form}'" if form else f"-H 'Content-Type: application/json' -d '{json.dumps(body)}'"
+    out = client.check_output(f"curl -sS --max-time 30 --cacert {GATEWAY_CA} -H 'Authorization: Bearer {GATEWAY_KEY}' "
+                              f"{payload} -w '\\n%{{http_code}}' '{GATEWAY}{path}'")
+    text, status = out.rsplit("\n", 1)
+    return int(status), text
+
+
+def test_every_path_the_boxes_serve_under_v1_passes_with_the_key(client):
+    """vllm-router forwards its typed routes with the client's Authorization header, every other path without
+    it (and only with a JSON body): nginx passes those to the boxes itself, with the boxes' key."""
+    status, text = post(client, "/v1/responses", {"model": "qwen3.5-35b", "input": "through the gateway",
+                                                  "max_output_tokens": 16})
+    assert status == 200 and json.loads(text)["status"] == "completed", text
+    status, text = post(client, "/v1/messages", {"model": "qwen3.5-35b", "max_tokens": 16,
+                                                 "messages": [{"role": "user", "content": "through the gateway"}]})
+    assert status == 200 and json.loads(text)["type"] == "message", text
+    # What vLLM serves elsewhere (/tokenize, not under /v1/) or only for other models (speech, pooling): the
+    # box's own 404, not its 401 (the key reached it), a multipart body too.
+    for path, form in (("/v1/tokenize", ""), ("/v1/embeddings", ""),
+                       ("/v1/audio/transcriptions", "file=@/etc/hostname")):
+        status, text = post(client, path, {"model": "qwen3.5-35b", "input": "x"}, form=form)
+        assert status == 404 and json.loads(text) == {"detail": "Not Found"}, (path, status, text)
+
+
 @pytest.mark.parametrize(("method", "path"), [("POST", "/remove_worker?url=http://fleet-2:8000"),
                                               ("GET", "/list_workers"), ("GET", "/metrics")])
 def test_the_routers_administration_is_not_served(client, method, path):
