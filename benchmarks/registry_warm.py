@@ -57,7 +57,7 @@ class Relay:
 
     def accept(self) -> None:
         while True:
-            client, _ = self.server.accept()
+            client, _address = self.server.accept()
             upstream = socket.create_connection(("127.0.0.1", self.target))
             threading.Thread(target=self.pipe, args=(client, upstream, False), daemon=True).start()
             threading.Thread(target=self.pipe, args=(upstream, client, True), daemon=True).start()
@@ -188,7 +188,7 @@ def main() -> int:
             layer = publish(f"http://127.0.0.1:{upstream_port}", layer_bytes)
             relay = Relay(upstream_port)
             rows = [trial(mode, work, relay, layer, layer_bytes)
-                    for _ in range(args.trials) for mode in ("read", "warm")]
+                    for _trial in range(args.trials) for mode in ("read", "warm")]
         finally:
             upstream.kill()
             upstream.wait()

@@ -97,9 +97,9 @@ import json
 import os
 import re
 import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json")
@@ -117,7 +117,7 @@ class WarmError(Exception):
 def repository_and_reference(image: str) -> tuple[str, str]:
     """vllm/vllm-openai:v1 -> ('vllm/vllm-openai', 'v1'); ubuntu -> ('library/ubuntu', 'latest');
     a digest reference keeps its digest; a name with a registry host is refused (the cache mirrors Docker Hub)."""
-    rest, _, digest = image.partition("@")
+    rest, _at, digest = image.partition("@")
     name, colon, tag = rest.rpartition(":")
     if not colon or "/" in tag:
         name, tag = rest, ""
@@ -134,9 +134,8 @@ def repository_and_reference(image: str) -> tuple[str, str]:
 
 
 def get_json(url: str, accept: tuple[str, ...], timeout: float) -> tuple[dict, str]:
-    request = urllib.request.Request(url, headers={"Accept": ", ".join(accept), "User-Agent": USER_AGENT})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with open_url(url, headers={"Accept": ", ".join(accept)}, http_agent=USER_AGENT, timeout=timeout) as answer:
             return json.loads(answer.read()), answer.headers.get("Docker-Content-Digest", "")
     except urllib.error.HTTPError as exc:
         raise WarmError(f"GET {url} answered HTTP {exc.code}: {exc.read()[:300].decode(errors='replace')}") from None
@@ -156,7 +155,7 @@ def platform_manifest(base: str, name: str, reference: str, platform: str, timeo
                            for m in document.get("manifests") or []})
             raise WarmError(f"{name}:{reference} has no image for {platform} (it has {', '.join(have) or 'none'})")
         digest = found[0]["digest"]
-        document, _ = get_json(f"{base}/v2/{name}/manifests/{digest}", MANIFEST_TYPES, timeout)
+        document, _digest = get_json(f"{base}/v2/{name}/manifests/{digest}", MANIFEST_TYPES, timeout)
     return document, digest
 
 
@@ -171,8 +170,7 @@ def ask(base: str, name: str, digest: str, read_bytes: int, timeout: float) -> N
     """GET the blob, read the first bytes, go away: the cache stores the whole blob by itself."""
     url = f"{base}/v2/{name}/blobs/{digest}"
     try:
-        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with open_url(url, http_agent=USER_AGENT, timeout=timeout) as answer:
             answer.read(read_bytes)
     except urllib.error.HTTPError as exc:
         raise WarmError(f"GET {url} answered HTTP {exc.code}") from None

@@ -162,7 +162,7 @@ options:
         not O(model_path)).
       - Its V(extra_args) (the words the command line ends with) are read for the flags the rules check
         (C(--kv-cache-dtype), C(--max-num-batched-tokens), C(--mamba-cache-mode), C(--[no-]enable-prefix-caching),
-        C(--[no-]enforce-eager)): vLLM keeps the last value of a flag, and they come last.
+        C(--[no-]enforce-eager)), since vLLM keeps the last value of a flag and they come last.
     type: dict
 seealso:
   - module: sparkfleet.serving.gpu_facts

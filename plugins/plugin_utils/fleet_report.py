@@ -268,7 +268,7 @@ def cluster_row(cluster: Mapping[str, Any], members: list[dict]) -> dict:
 def image_name(reference: str) -> tuple[str, str, str]:
     """An image reference -> (repository, tag, digest), each '' when absent: registry:5000/vllm/vllm-openai:v1@sha256:..
     -> ('registry:5000/vllm/vllm-openai', 'v1', 'sha256:..'). A reference with neither names the tag latest."""
-    rest, _, digest = reference.partition("@")
+    rest, _at, digest = reference.partition("@")
     repository, colon, tag = rest.rpartition(":")
     if not colon or "/" in tag:
         repository, tag = rest, ""

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Test bed: a port on this machine that reaches a port on a simulated Spark's loopback, as
 `ssh -L 9090:localhost:9090 <box>` reaches a real box's (Prometheus listens on 127.0.0.1 only, and
 the box's firewall lets nothing else in). Each connection is one `docker exec -i BOX python3`,
@@ -58,10 +58,10 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     listen, box, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    host, _, listen_port = listen.rpartition(":")
+    host, _colon, listen_port = listen.rpartition(":")
     server = socket.create_server((host, int(listen_port)))
     while True:
-        client, _ = server.accept()
+        client, _address = server.accept()
         threading.Thread(target=serve, args=(client, box, port), daemon=True).start()
 
 

@@ -369,8 +369,8 @@ def test_a_box_on_the_digest_is_compared_with_the_boxes_on_the_tag():
     other = "sha256:" + "c" * 64
     rows = [status_row(raw(host=f"spark-{n}")) for n in (1, 2)] + [box_on("spark-3", pinned, other, [pinned])]
     flagged = flag_image_ids(rows)
-    assert [row["image_differs"] for row in flagged] == ["", "", f"differs from {RECORD['image_id'][:19]} on "
-                                                          "spark-1, spark-2"]
+    expected = f"differs from {RECORD['image_id'][:19]} on spark-1, spark-2"
+    assert [row["image_differs"] for row in flagged] == ["", "", expected]
     # The digest of the tag's own image: the same image, nothing to flag.
     same = "vllm/vllm-openai@sha256:" + "b" * 64
     rows[2] = box_on("spark-3", same, RECORD["image_id"], [same])
