@@ -270,10 +270,11 @@ def test_the_transient_switches_refuse_wrong_types_and_reset(hub: Hub) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         hub.faults(stall_api_seconds=True)
     assert refused.value.code == 400
-    hub.faults(api_503_count=2, file_503_once=True, cut_once_after_bytes=5)
+    hub.faults(api_503_count=2, file_503_once=True, cut_once_after_bytes=5, stall_file_seconds=3)
     assert hub.faults(reset=True) == {
         "throttle_bps": None, "cut_after_bytes": None, "corrupt": False, "require_token": False,
-        "stall_api_seconds": None, "api_503_count": None, "file_503_once": False, "cut_once_after_bytes": None}
+        "stall_api_seconds": None, "api_503_count": None, "file_503_once": False, "cut_once_after_bytes": None,
+        "stall_file_seconds": None}
 
 
 def test_corrupt_bytes_have_the_right_size_and_the_wrong_hash(hub: Hub, tmp_path: Path) -> None:
