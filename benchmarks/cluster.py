@@ -13,7 +13,8 @@ connection (as Molecule connects), with the scenario's converge.yml:
 - `vllm bench serve` through the head (playbooks/benchmark.yml: the tool runs in the head's vLLM
   container against its own API), a fixed workload;
 - a killed worker (`docker kill vllm` in the worker box), then the head's vLLM process killed
-  (Docker restarts the head alone): converge again, the role starts the cluster anew as one unit;
+  (Docker restarts no member alone: the restart policy of a cluster's members is `no`): converge again,
+  the role starts the cluster anew as one unit;
   the playbook's time and the time from the kill to the first completion;
 - the same workload against the head serving alone (--no-single leaves it out).
 
@@ -336,7 +337,7 @@ class Cluster:
         self.noop()
         self.bench("cluster, bench")
         self.killed("killed worker", self.workers[0], "docker kill vllm")
-        # The process, not the container: Docker restarts the head alone (unless-stopped).
+        # The process, not the container: the head's container exits and stays down (restart policy no).
         self.killed("killed head process", self.head, "kill -9 $(docker inspect -f '{{.State.Pid}}' vllm)")
         if self.args.single:
             self.single()
