@@ -187,10 +187,10 @@ def test_a_stopped_box_is_ejected_and_the_endpoint_keeps_answering(client):
 
 
 def router_process() -> tuple[str, str]:
-    """(PID, its ROUTER_ARGS) of the router of the scenario's model: the arguments from its environment (the unit's
-    EnvironmentFile), the router names its process vllm::router."""
+    """(PID, its settings file) of the router of the scenario's model. Its own command line and environment are
+    not readable: vllm-router writes its process title (vllm::router) over both."""
     pid = box("fleet-1").check_output("systemctl show -p MainPID --value sparkfleet-router@qwen3-5-35b")
-    return pid, box("fleet-1").check_output(f"tr '\\0' '\\n' < /proc/{pid}/environ | grep '^ROUTER_ARGS='") + " "
+    return pid, box("fleet-1").check_output("cat /etc/sparkfleet-gateway/qwen3-5-35b.env") + " "
 
 
 def test_gateway_changes_under_load_fail_no_request():
