@@ -12,6 +12,7 @@ as an estimate.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 
@@ -29,7 +30,7 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.model_architect
     precision_of,
     text_config,
 )
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import tri_state
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import flag_name, flag_value, tri_state
 
 # The one rule for the weights in unified memory: what must remain after loading them. On a
 # 128 GB Spark the BF16 Qwen3.5-35B-A3B (64.69 GiB of weights) left ~56 GiB and ran out of
@@ -64,24 +65,19 @@ def with_extra_args(settings: dict, extra_args: list | None) -> dict:
     """settings with what extra_args sets of EXTRA_VALUED and EXTRA_SWITCHES (--flag value, --flag=value;
     vLLM's parser reads underscores as dashes). A value it cannot read is left to vLLM to refuse."""
     result = dict(settings)
-    words = [str(word) for word in extra_args or []]
+    words = list(extra_args or [])
     for index, word in enumerate(words):
-        name, eq, value = word.partition("=")
-        name = "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+        name = flag_name(word)
         if name in EXTRA_SWITCHES:
             key, state = EXTRA_SWITCHES[name]
             result[key] = state
         elif name in EXTRA_VALUED:
-            if not eq:
-                value = words[index + 1] if index + 1 < len(words) else ""
-            key = EXTRA_VALUED[name]
-            if key == "max_num_batched_tokens":
-                try:
-                    result[key] = int(value)
-                except ValueError:
-                    continue
-            else:
+            key, value = EXTRA_VALUED[name], flag_value(words, index)
+            if key != "max_num_batched_tokens":
                 result[key] = value
+                continue
+            with contextlib.suppress(ValueError):
+                result[key] = int(value)
     return result
 
 

@@ -1,9 +1,10 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Values as vLLM 0.19.1 reads them from its command line: token counts (--max-model-len) and
-tri-state switches (--enable-prefix-caching / --no-enable-prefix-caching), for the checks that
-run on the box and for the controller's argument list alike.
+"""Values as vLLM 0.19.1 reads them from its command line: token counts (--max-model-len),
+tri-state switches (--enable-prefix-caching / --no-enable-prefix-caching) and the flags of extra
+arguments with their values, for the checks that run on the box and for the controller's argument
+list alike.
 """
 
 from __future__ import annotations
@@ -66,3 +67,22 @@ def tri_state(value: Any, name: str) -> bool | None:
     if text in _FALSE:
         return False
     raise ValueError(f"{name} is {value!r}: expected true, false or null (null leaves it to vLLM's model default)")
+
+
+def flag_name(argument: Any) -> str:
+    """An argument as the flag vLLM reads ('' when it is not one): `--tensor_parallel_size=2` is
+    --tensor-parallel-size (vLLM's FlexibleArgumentParser takes underscores for dashes,
+    vllm/utils/argparse_utils.py)."""
+    text = str(argument)
+    if not text.startswith("-"):
+        return ""
+    name = text.split("=", 1)[0]
+    return name if not name.startswith("--") else "--" + name[2:].replace("_", "-")
+
+
+def flag_value(words: list[Any], index: int) -> str:
+    """The value of the flag at words[index]: after its `=`, else the next word ('' when there is none)."""
+    text = str(words[index])
+    if "=" in text:
+        return text.split("=", 1)[1]
+    return str(words[index + 1]) if index + 1 < len(words) else ""

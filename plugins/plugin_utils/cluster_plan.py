@@ -24,8 +24,8 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import flag_name, flag_value
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils import cluster
-from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_args import flag_name
 
 # vLLM's default --master-port (vllm/config/parallel.py, ParallelConfig.master_port, 0.19.1).
 DEFAULT_MASTER_PORT = 29501
@@ -224,9 +224,7 @@ def _multi_node_extra_args(members: list[str], settings: Any, errors: list[str])
         for index, name in enumerate(names):
             if name not in (flag, short):
                 continue
-            given = str(extra[index]).split("=", 1)[1] if "=" in str(extra[index]) else (
-                str(extra[index + 1]) if index + 1 < len(extra) else "")
-            if given not in allowed:
+            if flag_value(extra, index) not in allowed:
                 errors.append(f"extra_args: {' '.join(str(a) for a in extra[index:index + 2])} on the members of a "
                               f"cluster: {why}; drop it from vllm_extra_args of the cluster")
 

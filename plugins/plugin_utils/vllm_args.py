@@ -15,7 +15,7 @@ from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import tri_state
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import flag_name, tri_state
 
 # (setting, flag) for settings whose value follows the flag; omitted when None or "".
 _VALUED = (
@@ -159,16 +159,6 @@ def checked_settings(settings: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"extra_args[{index}]: found {_found(item)}, expected a string (or a number)")
         _refuse_layout_flags(extra)
     return result
-
-
-def flag_name(argument: Any) -> str:
-    """An argument as the flag vLLM reads: `--tensor_parallel_size=2` is --tensor-parallel-size
-    (vLLM's FlexibleArgumentParser takes underscores for dashes, vllm/utils/argparse_utils.py)."""
-    text = str(argument)
-    if not text.startswith("-"):
-        return ""
-    name = text.split("=", 1)[0]
-    return name if not name.startswith("--") else "--" + name[2:].replace("_", "-")
 
 
 def _refuse_layout_flags(extra: Any) -> None:
