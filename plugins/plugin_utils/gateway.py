@@ -111,6 +111,7 @@ def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[
             f"The boxes serve {len(by_model)} models ({', '.join(sorted(by_model))}) and gateway_model_ports names "
             f"{sorted(model_ports) or 'none'}: give each model its public port, e.g. gateway_model_ports: {suggested}.")
     result, api_keys = [], {}
+    router_metrics_port = int(settings.get("router_metrics_port") or ROUTER_METRICS_PORT)
     for index, model in enumerate(sorted(by_model)):
         members = by_model[model]
         errors += key_errors(model, members)
@@ -120,10 +121,9 @@ def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[
             "router_port": int(settings["router_port"]) + index,
             "metrics_port": int(settings["metrics_port"]) + index,
             # The router's own, on 127.0.0.1: nginx serves metrics_port to the allowed sources alone.
-            "router_metrics_port": int(settings.get("router_metrics_port") or ROUTER_METRICS_PORT) + index,
+            "router_metrics_port": router_metrics_port + index,
             "standby_port": int(settings["router_port"]) + STANDBY_OFFSET + index,
-            "standby_metrics_port": int(settings.get("router_metrics_port") or ROUTER_METRICS_PORT) + STANDBY_OFFSET
-            + index,
+            "standby_metrics_port": router_metrics_port + STANDBY_OFFSET + index,
             "backends": [{"host": m["host"], "url": m["url"]} for m in members],
         })
         api_keys[slug(model)] = members[0]["key"]
