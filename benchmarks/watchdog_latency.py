@@ -22,6 +22,7 @@ on a unix socket that timestamps every request, and measures:
 
     python3 benchmarks/watchdog_latency.py [--trials 50] [--idle-seconds 60] [--json]
         [--modes ramp,fast,step] [--set poll_slow_s=0.1 ...] [--program OLD_COPY.py]
+        [--docker-latency-ms 300]
 
 Targets: p95 <= 250 ms for ramps up to 20 GB/s, idle CPU <= 0.5% of one core, RSS <= 25 MB.
 """
@@ -60,9 +61,11 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 class Bench:
-    def __init__(self, work: Path, overrides: dict[str, object], program: Path) -> None:
+    def __init__(self, work: Path, overrides: dict[str, object], program: Path, docker_latency_s: float = 0.0) -> None:
         self.proc = FakeProc(work / "proc")
         self.docker = FakeDocker(work / "docker.sock").start()
+        if docker_latency_s:
+            self.docker.delay["json"] = docker_latency_s  # each inspection's answer comes that much later
         self.docker.run("vllm", time.time() - 3600)
         self.config = work / "watchdog.json"
         # Default thresholds, polling and samples; a short cool-down so that trials follow
@@ -179,6 +182,8 @@ def main() -> int:
     parser.add_argument("--idle-used-pct", type=float, default=50.0, help="memory used while idle cost is measured")
     parser.add_argument("--program", type=Path, default=PROGRAM,
                         help="the watchdog to measure (e.g. an earlier version, for a side-by-side comparison)")
+    parser.add_argument("--docker-latency-ms", type=float, default=0.0,
+                        help="the fake Docker Engine answers each inspection this much later (a busy box)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON only")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                         help="override a watchdog setting, e.g. --set poll_slow_s=0.1 (repeatable)")
@@ -191,9 +196,10 @@ def main() -> int:
         parser.error(f"--modes {args.modes}: unknown {unknown}; expected some of ramp, fast, step")
     work = Path(tempfile.mkdtemp(prefix="wdb-"))  # short: unix socket paths are limited
     overrides = {key: json.loads(value) for key, _eq, value in (item.partition("=") for item in args.set)}
-    bench = Bench(work, overrides, args.program)
+    bench = Bench(work, overrides, args.program, args.docker_latency_ms / 1000)
     results: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count(),
                                   "program": str(args.program), "overrides": overrides,
+                                  "docker_latency_ms": args.docker_latency_ms,
                                   "ramp_rate_pct_per_s": round(rates["ramp"], 2),
                                   "fast_rate_pct_per_s": round(rates["fast"], 2)}
     try:

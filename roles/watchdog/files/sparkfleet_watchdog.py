@@ -367,11 +367,14 @@ class PendingRequest:
     """A request whose answer is collected later, so the loop keeps sampling meanwhile
     (POST /stop blocks for up to its timeout while the container shuts down)."""
 
-    def __init__(self, conn: UnixHTTPConnection) -> None:
+    def __init__(self, conn: UnixHTTPConnection, sent_at: float = 0.0) -> None:
         self.conn = conn
+        self.sent_at = sent_at  # monotonic time the request was sent
+        self.body = b""
 
     def poll(self) -> int | None:
-        """The HTTP status once the answer is there, else None (never blocks long)."""
+        """The HTTP status once the answer is there (its body in self.body), else None.
+        Never blocks long: Docker answers small JSON documents in one piece."""
         if self.conn.sock is None:
             raise DockerError("connection closed before the answer")
         readable = select.select([self.conn.sock], [], [], 0)[0]
@@ -379,7 +382,7 @@ class PendingRequest:
             return None
         try:
             response = self.conn.getresponse()
-            response.read()
+            self.body = response.read()
             return response.status
         except (OSError, http.client.HTTPException) as exc:
             raise DockerError(f"no answer: {exc}") from exc
@@ -417,6 +420,14 @@ class DockerAPI:
     def inspect(self, name: str) -> ContainerState | None:
         """None when there is no such container (idle, not an error)."""
         status, body = self._call("GET", f"/containers/{name}/json")
+        return self.parse_inspect(name, status, body)
+
+    def request_inspect(self, name: str, now: float) -> PendingRequest:
+        """The same question, answered later (PendingRequest.poll, then parse_inspect)."""
+        return PendingRequest(self._send("GET", f"/containers/{name}/json"), now)
+
+    @staticmethod
+    def parse_inspect(name: str, status: int, body: bytes) -> ContainerState | None:
         if status == 404:
             return None
         if status != 200:
@@ -458,7 +469,11 @@ class Watched:
     cfg: ContainerConfig
     state: str = IDLE
     docker: ContainerState | None = None
+    # Monotonic time the inspection behind `docker` was sent (what Docker said is at least that recent), and the
+    # inspection in flight, if any: the loop never waits for Docker's answer (see Watchdog.step).
     inspected_at: float = float("-inf")
+    inspecting: PendingRequest | None = None
+    inspect_sent: float = float("-inf")
     phase: str = ""
     over_count: int = 0
     confirming: bool = False  # the last sample was over the threshold, more are needed to act
@@ -547,13 +562,50 @@ class Watchdog:
         self.docker_ok = True
 
     def inspect(self, w: Watched, now: float) -> bool:
-        """Refreshes what Docker says about the container; False if Docker did not answer."""
-        w.inspected_at = now
+        """Asks Docker about the container and waits for the answer; False if Docker did not answer. Only for the
+        first inspection of a container (the watchdog knows nothing yet, so nothing to act on is delayed):
+        afterwards start_inspection and collect_inspection keep Docker off the loop's path."""
+        w.inspect_sent = now
         try:
             found = self.docker.inspect(w.cfg.name)
         except DockerError as exc:
             self._docker_failed(f"inspect {w.cfg.name}", exc)
             return False
+        self.apply_inspection(w, found, now)
+        return True
+
+    def start_inspection(self, w: Watched, now: float) -> None:
+        """Sends an inspection whose answer a later step collects. A Docker Engine that takes 300 ms to answer
+        (a busy box) would otherwise hold the loop 300 ms, whatever memory does meanwhile."""
+        w.inspect_sent = now
+        try:
+            w.inspecting = self.docker.request_inspect(w.cfg.name, now)
+        except DockerError as exc:
+            self._docker_failed(f"inspect {w.cfg.name}", exc)
+
+    def collect_inspection(self, w: Watched, now: float) -> None:
+        """Applies the answer to the inspection in flight if it has come (never waits for it)."""
+        pending = w.inspecting
+        if pending is None:
+            return
+        try:
+            status = pending.poll()
+            if status is None:
+                if now - pending.sent_at <= self.cfg.docker_timeout_s:
+                    return
+                pending.close()
+                raise DockerError(f"no answer within docker_timeout_s {self.cfg.docker_timeout_s:g}")
+            found = self.docker.parse_inspect(w.cfg.name, status, pending.body)
+        except DockerError as exc:
+            w.inspecting = None
+            self._docker_failed(f"inspect {w.cfg.name}", exc)
+            return
+        w.inspecting = None
+        self.apply_inspection(w, found, pending.sent_at)
+
+    def apply_inspection(self, w: Watched, found: ContainerState | None, sent_at: float) -> None:
+        """What Docker said about the container (None: no such container): its state, phase and stop record."""
+        w.inspected_at = sent_at
         self._docker_answered()
         before, w.docker = w.docker, found
         running = bool(found and found.running)
@@ -563,11 +615,11 @@ class Watchdog:
                 w.stopped_since = None
                 self.dirty = True
         if w.state in (STOPPING, COOLDOWN):
-            return True
+            return
         if not running:
             w.over_count = 0
             self._set_state(w, IDLE, present=found is not None)
-            return True
+            return
         restarted = before is not None and before.running and before.started_at != found.started_at
         phase, limit = self.threshold(w)
         # A container that stays armed keeps its phase here: evaluate() logs the end of its grace
@@ -579,7 +631,6 @@ class Watchdog:
             self.log("restarted", container=w.cfg.name, phase=w.phase, threshold=limit,
                      started_at=found.started_at)
         self._set_state(w, ARMED, phase=w.phase, threshold=limit, started_at=found.started_at)
-        return True
 
     # -- the loop
 
@@ -597,8 +648,13 @@ class Watchdog:
             self.log("meminfo_ok", blind_s=round(now - self.blind_since, 1))
             self.blind_since = None
         for w in self.watched:
-            if w.state in (IDLE, ARMED) and now - w.inspected_at >= self.cfg.inspect_interval_s:
-                self.inspect(w, now)
+            self.collect_inspection(w, now)
+            due = now - w.inspect_sent >= self.cfg.inspect_interval_s
+            if w.state in (IDLE, ARMED) and w.inspecting is None and due:
+                if w.inspected_at == float("-inf"):
+                    self.inspect(w, now)
+                else:
+                    self.start_inspection(w, now)
             # This sample, even if the re-check before an action found meminfo unreadable.
             self.evaluate(w, sample, now)
         self.write_textfile(now)
@@ -638,8 +694,8 @@ class Watchdog:
         if w.state == COOLDOWN:
             if now >= w.cooldown_until:
                 self.log("cooldown_over", container=w.cfg.name)
-                w.state, w.inspected_at = IDLE, float("-inf")
-                self.inspect(w, now)
+                w.state = IDLE
+                self.start_inspection(w, now)  # armed again once Docker says the container runs
             return
         if w.state == STOPPING:
             self.progress(w, sample, now)
@@ -658,6 +714,11 @@ class Watchdog:
             if w.over_count == 1:
                 self.log("over_threshold", level=4, container=w.cfg.name, phase=phase, threshold=limit,
                          rate_pct_per_s=round(self.rate_pct_s, 2))
+                # Ask Docker now, while the crossing is confirmed: its answer (a restart meanwhile, hence a new grace
+                # period; a container stopped by someone else) is in before the action if Docker answers within
+                # the confirmation, and the action never waits for it.
+                if w.inspecting is None:
+                    self.start_inspection(w, now)
             if w.over_count >= self.cfg.samples_to_act:
                 self.act(w, now, "threshold")
             else:
@@ -667,21 +728,18 @@ class Watchdog:
             w.over_count = 0
 
     def act(self, w: Watched, now: float, trigger: str) -> None:
-        """Re-checks Docker and memory (the threshold too: the container may have been
-        restarted meanwhile), then stops the container (or says it would)."""
+        """Re-checks memory and what Docker last said (the threshold too: the container may have been restarted
+        meanwhile), then stops the container (or says it would). Docker's answer to the inspection sent when the
+        crossing began counts if it has come; the action does not wait for it (a busy Docker Engine answers in
+        hundreds of milliseconds, in which memory rises 5% at 20 GB/s)."""
         decided = self.clock.monotonic()
-        w.inspected_at = float("-inf")
-        if not self.inspect(w, now):
-            w.not_before = now + self.cfg.retry_s
-            self.log("action_failed", level=3, container=w.cfg.name, action="stop", error="docker unavailable",
-                     retry_in_s=self.cfg.retry_s)
-            return
+        self.collect_inspection(w, now)
         if w.state != ARMED:
             return
         phase, steady_or_startup = self.threshold(w)
         limit = w.cfg.ceiling if trigger == "ceiling" else steady_or_startup
         try:
-            self.sample = read_meminfo(self.cfg.proc_root)
+            self.sample = self.reread_meminfo()
         except (OSError, ValueError) as exc:
             self.blind(now, exc)
             return
@@ -708,11 +766,17 @@ class Watchdog:
         w.actions["stop"] += 1
         self.state_stopping(w, phase, limit, trigger, decided)
 
+    def reread_meminfo(self) -> MemSample:
+        """The re-read just before acting (its own method: tests change memory at this very moment)."""
+        return read_meminfo(self.cfg.proc_root)
+
     def state_stopping(self, w: Watched, phase: str, limit: float, trigger: str, decided: float) -> None:
         took_ms = round((self.clock.monotonic() - decided) * 1000, 1)
+        # How old Docker's view of the container was when the watchdog acted on it.
+        docker_age_ms = round((decided - w.inspected_at) * 1000, 1)
         self.log("stop", level=4, container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger,
                  rate_pct_per_s=round(self.rate_pct_s, 2), stop_timeout_s=self.cfg.stop_timeout_s,
-                 result="requested", took_ms=took_ms)
+                 result="requested", took_ms=took_ms, docker_state_age_ms=docker_age_ms)
         w.state = STOPPING
         w.stopped_since = w.last_stop_at = self.clock.time()
         self._write_stop_record(w, phase, limit, trigger)

@@ -36,7 +36,7 @@ class Harness:
     """One watchdog with a fake /proc, a fake clock and a fake Docker; drives its loop
     one sample at a time and reads back its log lines."""
 
-    def __init__(self, tmp_path: Path, **settings) -> None:
+    def __init__(self, tmp_path: Path, docker_latency_s: float = 0.0, **settings) -> None:
         self.clock = FakeClock()
         self.proc = FakeProc(tmp_path / "proc")
         # Unix socket paths are limited to 107 bytes: pytest's tmp_path can be longer.
@@ -58,6 +58,32 @@ class Harness:
             return conn
 
         self.dog.docker._send = counting_send
+        if docker_latency_s:
+            self._simulate_docker_latency(docker_latency_s)
+
+    def _simulate_docker_latency(self, latency_s: float) -> None:
+        """Every Docker answer takes latency_s of simulated time (a busy Docker Engine): a call the watchdog waits
+        for holds its loop that long; an answer it collects later is there no sooner."""
+        clock, api = self.clock, self.dog.docker
+        real_call, real_request_inspect = api._call, getattr(api, "request_inspect", None)
+
+        def slow_call(method: str, path: str):
+            answer = real_call(method, path)
+            clock.advance(latency_s)
+            return answer
+
+        class SlowPending(wd.PendingRequest):
+            def poll(self):
+                if clock.monotonic() < self.sent_at + latency_s:
+                    return None
+                select.select([self.conn.sock], [], [], 2.0)
+                return super().poll()
+
+        def slow_request_inspect(name: str, now: float):
+            pending = real_request_inspect(name, now)
+            return SlowPending(pending.conn, pending.sent_at)
+
+        api._call, api.request_inspect = slow_call, slow_request_inspect
 
     def step(self, used_pct: float | None = None) -> float:
         """Sets memory (if given), runs one iteration, sleeps (fake) what it asked."""
@@ -75,11 +101,23 @@ class Harness:
         # Fake time runs far ahead of the fake Docker's threads: when Docker is meant to
         # answer at once, wait (real time) for the answer so that fake seconds do not pass
         # before it; slow-Docker tests keep the race they are about.
-        if self.docker.stop_takes or self.docker.delay.get("stop"):
-            return
         for w in self.dog.watched:
-            if w.pending is not None and w.pending.conn.sock is not None:
-                select.select([w.pending.conn.sock], [], [], 2.0)
+            waits = [(w.pending, self.docker.stop_takes or self.docker.delay.get("stop")),
+                     (getattr(w, "inspecting", None), self.docker.delay.get("json"))]
+            for pending, slow in waits:
+                if not slow and pending is not None and pending.conn.sock is not None:
+                    select.select([pending.conn.sock], [], [], 2.0)
+
+    def before_reread(self, change) -> None:
+        """Calls change() once, at the re-read of meminfo the watchdog makes just before acting."""
+        real = self.dog.reread_meminfo
+
+        def reread():
+            self.dog.reread_meminfo = real
+            change()
+            return real()
+
+        self.dog.reread_meminfo = reread
 
     def run_for(self, seconds: float, used_pct: float | None = None) -> None:
         end = self.clock.monotonic() + seconds
