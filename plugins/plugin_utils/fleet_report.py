@@ -52,8 +52,8 @@ STATUS_COLUMNS = (
 ROW_FIELDS = ("host", "reachable", "error", "gpu", "gpu_present", "driver", "cuda", "image", "image_digest",
               "image_id", "image_differs",
               "container", "model", "revision", "commit", "served_model_name", "model_source", "deployed_at",
-              "health", "memory_used_pct", "watchdog", "watchdog_last_action", "watchdog_stop", "firewall", "cluster",
-              "cluster_role", *METRICS)
+              "health", "memory_used_pct", "watchdog", "watchdog_last_action", "watchdog_stop", "cluster_guard_stop",
+              "firewall", "cluster", "cluster_role", *METRICS)
 # What a cluster's row takes from its head alone: what its API says (the workers serve none).
 HEAD_ONLY = ("health", *METRICS)
 BENCHMARK_COLUMNS = (
@@ -147,6 +147,16 @@ def watchdog_stop_text(stop: object) -> str:
             f" threshold {stop.get('threshold', UNKNOWN)} %")
 
 
+def cluster_guard_stop_text(stop: object) -> str:
+    """A cluster worker's guard's record of its stop of the container (the vllm role's
+    vllm_deployment.cluster_guard_stop; roles/vllm/README.md "Clusters") as a few words; "" when there is none."""
+    if not isinstance(stop, dict) or not stop:
+        return ""
+    since = stop.get("unreachable_since") or UNKNOWN
+    return (f"stopped by the cluster guard at {stop.get('stopped_at', UNKNOWN)}: head {stop.get('head', UNKNOWN)}"
+            f" unreachable since {since}")
+
+
 def _short_digest(digests: list, image_id: str) -> str:
     for ref in digests or []:
         if isinstance(ref, str) and "@" in ref:
@@ -204,8 +214,10 @@ def status_row(raw: dict) -> dict:
     image_id = image_info.get("Id") or container.get("Image") or record.get("image_id") or UNKNOWN
     digest = _short_digest(image_info.get("RepoDigests") or record.get("repo_digests") or [], image_id)
     metrics = parse_metrics(raw.get("metrics"))
-    # A container the watchdog stopped says why instead of only "exited" (while the record is in force).
+    # A container the watchdog stopped says why instead of only "exited" (while the record is in force); so does a
+    # cluster worker its guard stopped when its head was gone.
     stopped_by = watchdog_stop_text(raw.get("watchdog_stop")) if state != "running" else ""
+    guard_stop = cluster_guard_stop_text(raw.get("cluster_guard_stop")) if state != "running" else ""
     row = {"host": host, "reachable": True, "error": "", **_gpu(gpu), "image": image, "image_digest": digest,
            "image_id": image_id, "image_differs": "",
            "container": state,
@@ -218,7 +230,8 @@ def status_row(raw: dict) -> dict:
            "memory_used_pct": _memory_pct(gpu), "watchdog": raw.get("watchdog_state") or UNKNOWN,
            "watchdog_last_action": last_watchdog_action(raw.get("watchdog_journal"))
            if raw.get("watchdog_journal") is not None else UNKNOWN,
-           "firewall": firewall_state(raw.get("ufw_rc"), raw.get("ufw_stdout")), "watchdog_stop": stopped_by}
+           "firewall": firewall_state(raw.get("ufw_rc"), raw.get("ufw_stdout")), "watchdog_stop": stopped_by,
+           "cluster_guard_stop": guard_stop}
     if stopped_by and role != WORKER:
         row["health"] = f"down ({stopped_by})"
     for key, name in METRICS.items():
@@ -254,7 +267,7 @@ def cluster_row(cluster: Mapping[str, Any], members: list[dict]) -> dict:
                                   for m in members},
                reachable=all(member.get("reachable") for member in members),
                error="; ".join(f"{m['host']}: {m['error']}" for m in members if m.get("error")))
-    why = {member["host"]: member.get("watchdog_stop") for member in members}
+    why = {member["host"]: member.get("watchdog_stop") or member.get("cluster_guard_stop") for member in members}
     stopped = [f"{host} {why.get(host) or state}" for host, state in row["member_containers"].items()
                if state not in ("running", "unreachable")]
     unreachable = [host for host, state in row["member_containers"].items() if state == "unreachable"]

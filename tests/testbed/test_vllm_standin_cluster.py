@@ -1,15 +1,16 @@
 """Two stand-in processes serve one model as vLLM's multi-node mode does (--nnodes, the mp executor).
 
 The head (--node-rank 0) runs the API server and waits on its master port until every rank has
-joined; a worker (--headless, rank 1) connects there and stays connected. The texts come from
-vllm_serve.json (generate.py quoted them from vLLM 0.19.1 with file:line; torch's and NCCL's
-under `torch_messages`), not from this file.
+joined, and keeps the port open while it serves; a worker (--headless, rank 1) connects there and
+stays connected. The texts come from vllm_serve.json (generate.py quoted them from vLLM 0.19.1
+with file:line; torch's and NCCL's under `torch_messages`), not from this file.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -126,6 +127,39 @@ def _port(out: str) -> str:
     """The master port as the worker's rendezvous line names it."""
     line = next(line for line in out.splitlines() if "distributed_init_method=tcp://" in line)
     return line.split("tcp://127.0.0.1:", 1)[1].split()[0]
+
+
+def _connects(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_the_heads_master_port_stays_open_while_it_serves_and_closes_with_it(model: Path):
+    """torch's TCPStore on the master port lives as long as the head's process group (the vllm role's cluster
+    guard reads a closed port as a head that is gone); a bare connection leaves the serving cluster as it was."""
+    master = free_port()
+    head = Node(cluster_argv(model, 0, master), port=free_port())
+    worker = Node(cluster_argv(model, 1, master))
+    try:
+        head.wait_healthy()
+        for _ in range(3):
+            assert _connects(master)
+        status, body = head.post("/v1/completions", {"model": SERVED, "prompt": "two sparks", "max_tokens": 4})
+        assert status == 200 and body["choices"][0]["text"]
+        code, _out = head.finish(stop=True)
+        assert code == 0
+        assert not _connects(master)
+        # The headless worker keeps running without its head, as vLLM's does.
+        time.sleep(0.5)
+        assert worker.proc.poll() is None
+    finally:
+        for node in (head, worker):
+            if node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGTERM)
+                node.proc.wait(timeout=10)
 
 
 def test_a_worker_that_cannot_reach_the_head_fails_after_the_timeout(model: Path):

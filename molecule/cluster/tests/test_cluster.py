@@ -112,7 +112,8 @@ def connects(source_box: str, address: str, port: int) -> bool:
 
 
 # Any port will do: the cluster rule lets the members in on every port of the link (NCCL's and Gloo's ports
-# are the kernel's choice), and the stand-in's rendezvous listener closes once every rank has joined.
+# are the kernel's choice); one that nothing else listens on (the head's master port stays open while it
+# serves, as torch's store does).
 PROBE_PORT = 29599
 LISTENER = (f"import socket\ns = socket.create_server(('', {PROBE_PORT}))\n"
             "while True:\n    s.accept()[0].close()")

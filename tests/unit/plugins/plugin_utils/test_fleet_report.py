@@ -339,6 +339,23 @@ def test_a_container_the_watchdog_stopped_says_so_alone_and_in_its_cluster():
         "threshold 98.0 %)")
 
 
+GUARD_STOP = {"container": "vllm", "stopped_at": "2026-12-01T20:32:40.118Z", "head": "192.168.100.10:29501",
+              "unreachable_since": "2026-12-01T20:32:08.020Z", "reason": "head unreachable"}
+
+
+def test_a_worker_its_cluster_guard_stopped_says_why_in_its_row_and_its_clusters():
+    exited = {"State": {"Status": "exited"}}
+    worker = member("worker", container=exited, cluster_guard_stop=GUARD_STOP)
+    why = ("stopped by the cluster guard at 2026-12-01T20:32:40.118Z: head 192.168.100.10:29501 unreachable since "
+           "2026-12-01T20:32:08.020Z")
+    assert worker["cluster_guard_stop"] == why and worker["watchdog_stop"] == ""
+    rows = [member("head", container=exited), worker]
+    assert status_units(rows, GROUPS)[0]["health"] == f"down (head exited, worker {why})"
+    # Once the container runs again the guard removes its record; one read before that is not shown.
+    assert member("worker", cluster_guard_stop=GUARD_STOP)["cluster_guard_stop"] == ""
+    assert status_row(raw())["cluster_guard_stop"] == ""
+
+
 def test_a_box_whose_image_id_differs_from_the_others_on_the_same_reference_is_flagged():
     other = "sha256:" + "c" * 64
     rows = [status_row(raw(host=f"spark-{n}")) for n in (1, 2)]

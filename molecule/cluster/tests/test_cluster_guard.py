@@ -1,0 +1,114 @@
+"""The cluster guard on the worker (roles/vllm/files/sparkfleet_vllm_cluster_guard.py, run by
+sparkfleet-vllm-cluster-guard@vllm.service): a headless worker does not notice that its head is gone, so the guard
+watches the head's master port (torch's store, which the stand-in keeps open while it serves, as vLLM's head does)
+and, once the head has been unreachable for vllm_cluster_head_lost_s (30 s, the default), stops the worker and
+records why. The cluster is then down as one unit, the status says why, the boot unit leaves the worker stopped,
+and the next run serves again with both members. vllm_cluster_head_lost_s: 0 removes the guard.
+
+Runs after test_cluster.py and test_cluster_fleet.py (file order), on the cluster they leave serving. The tests run
+in this order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+# The scenario's boxes, how to reach them and how it runs the role again: test_cluster.py's (one place for them).
+import test_cluster
+from spark_testinfra import eventually, recap_changed, run_playbook
+from test_cluster import HEAD, LINK, SCENARIO, WORKER, box, inspect, started
+
+SERVICE = "sparkfleet-vllm-cluster-guard@vllm.service"
+UNIT = "/etc/systemd/system/sparkfleet-vllm-cluster-guard@.service"
+PROGRAM = "/usr/local/lib/sparkfleet/sparkfleet-vllm-cluster-guard"
+RECORD = "/var/lib/sparkfleet/vllm/cluster-guard-vllm.json"
+BOOT = ("/usr/local/lib/sparkfleet/sparkfleet-vllm-cluster-boot start vllm /var/lib/sparkfleet/vllm"
+        " /var/lib/sparkfleet-watchdog/stopped")
+MASTER = f"{LINK[HEAD]}:29501"
+# The role's default bound, and the guard's look every 2 s.
+BOUND, INTERVAL = 30, 2
+REPORT = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "cluster-guard-status.json"
+
+
+def docker_time(text: str) -> float:
+    """Docker's RFC 3339 with nanoseconds (State.StartedAt, FinishedAt) as epoch seconds."""
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    base = datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    return base + float(f"0.{fraction or 0}")
+
+
+def guard_journal() -> str:
+    return box(WORKER).check_output(f"journalctl -b -u {SERVICE} --no-pager -o cat")
+
+
+def test_the_worker_alone_watches_its_heads_master_port():
+    worker, head = box(WORKER), box(HEAD)
+    assert worker.check_output(f"systemctl is-enabled {SERVICE}") == "enabled"
+    assert worker.check_output(f"systemctl is-active {SERVICE}") == "active"
+    assert not head.file(UNIT).exists and not head.file(PROGRAM).exists
+    assert eventually(lambda: f"head {MASTER} reachable" in guard_journal(), 30), guard_journal()
+    assert f"vllm: watches its head {MASTER} every 2 s; stops it once the head has been unreachable for 30 s" \
+        in guard_journal()
+    # What it looks at: the head's master port, open while the head serves (as torch's store is).
+    assert test_cluster.connects(WORKER, LINK[HEAD], 29501)
+    assert test_cluster.chat()
+
+
+def test_a_killed_head_stops_the_worker_within_the_bound_and_the_next_run_serves_again():
+    worker = box(WORKER)
+    before = started()
+    box(HEAD).check_output(f"kill -9 {inspect(HEAD)['State']['Pid']}")
+    assert eventually(lambda: not inspect(WORKER)["State"]["Running"], BOUND + 30), guard_journal()
+    # From the head's end to the worker's, both as Docker recorded them (one clock: the boxes share the kernel).
+    head_end = docker_time(inspect(HEAD)["State"]["FinishedAt"])
+    state = inspect(WORKER)["State"]
+    taken = docker_time(state["FinishedAt"]) - head_end
+    print(f"head killed -> worker stopped: {taken:.1f} s (bound {BOUND} s, a look every {INTERVAL} s)")
+    assert BOUND <= taken <= BOUND + 2 * INTERVAL + 5, taken
+    # Stopped as `docker stop` stops it: not the power cut's 255, and Docker does not restart it.
+    assert state["ExitCode"] != 255 and not state["Restarting"]
+    record = json.loads(worker.file(RECORD).content_string)
+    assert (record["reason"], record["head"], record["error"]) == ("head unreachable", MASTER, "connection refused")
+    assert record["stopped_by"] == "sparkfleet-vllm-cluster-guard" and record["head_lost_s"] == BOUND
+    assert BOUND <= docker_time(record["stopped_at"]) - docker_time(record["unreachable_since"]) <= BOUND + INTERVAL
+    assert f"its cluster's head {MASTER} (the master port, torch.distributed's store) was unreachable since" \
+        in record["message"]
+    assert record["message"] in guard_journal()
+    # The boot unit leaves it stopped, as one stopped by hand, and says why.
+    boot = worker.check_output(BOOT)
+    assert "vllm was stopped by the cluster guard, its head gone: left stopped" in boot
+    assert not inspect(WORKER)["State"]["Running"]
+    # The status says why the cluster is down, on the cluster's row and the worker's.
+    status = run_playbook(SCENARIO.parents[1] / "playbooks" / "status.yml", {"status_json_path": str(REPORT)})
+    assert status.returncode == 0, status.stdout[-4000:]
+    report = json.loads(REPORT.read_text())
+    [cluster] = report["clusters"]
+    why = f"stopped by the cluster guard at {record['stopped_at']}: head {MASTER} unreachable since " \
+          f"{record['unreachable_since']}"
+    assert cluster["health"] == f"down ({HEAD} exited, {WORKER} {why})", cluster["health"]
+    assert {row["host"]: row["cluster_guard_stop"] for row in report["hosts"]} == {HEAD: "", WORKER: why}
+    # The next run starts the cluster anew as one unit, says why the worker was stopped, and the guard lets go.
+    out = test_cluster.converge_again()
+    assert f"sparkfleet-vllm-cluster-guard stopped vllm at {record['stopped_at']}" in out
+    test_cluster.assert_started_anew(before)
+    assert eventually(lambda: not worker.file(RECORD).exists, 10), "the guard's record stayed"
+    assert "vllm: runs again" in guard_journal()
+
+
+def test_no_bound_removes_the_guard_and_the_default_puts_it_back_without_touching_the_cluster():
+    worker = box(WORKER)
+    before = started()
+    done = run_playbook(SCENARIO / "converge.yml", {"vllm_cluster_head_lost_s": 0})
+    assert done.returncode == 0, done.output[-4000:]
+    assert not worker.file(UNIT).exists and not worker.file(PROGRAM).exists
+    assert worker.run(f"systemctl is-active {SERVICE}").stdout.strip() == "inactive"
+    again = test_cluster.converge_again()
+    assert recap_changed(again) > 0
+    assert worker.check_output(f"systemctl is-active {SERVICE}") == "active"
+    assert worker.check_output(f"systemctl is-enabled {SERVICE}") == "enabled"
+    # Neither run restarted a member: the guard is beside the cluster, not part of it.
+    assert started() == before
+    assert test_cluster.answers()
