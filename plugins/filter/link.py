@@ -1,9 +1,10 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Filters of the link role and its doctor: the plan (link_plan), what the variables alone would be refused
-for (link_input_errors), the peers a member pings (link_peers) and the findings that need every end of a
-link (link_cluster_findings). The logic: plugins/plugin_utils/link_plan.py."""
+"""Filters of the link role and its doctor: the plan (link_plan), the addresses another netplan file gives a
+member's link (link_existing), what the variables alone would be refused for (link_input_errors), the peers a
+member pings (link_peers) and the findings that need every end of a link (link_cluster_findings). The logic:
+plugins/plugin_utils/link_plan.py."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ def _call(name: str, data: object, what: str, *args: Any) -> Any:
 def link_plan(data: object) -> dict:
     """The role's inputs -> {"errors": [...]} or the plan."""
     return _call("plan", data, "link_plan")
+
+
+def link_existing(data: object) -> dict:
+    """The role's inputs -> the addresses another netplan file gives this member's link ({} when none)."""
+    return _call("existing", data, "link_existing")
 
 
 def link_input_errors(data: object) -> list[str]:
@@ -48,5 +54,6 @@ def link_finding_line(finding: object) -> str:
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"link_plan": link_plan, "link_input_errors": link_input_errors, "link_peers": link_peers,
-                "link_cluster_findings": link_cluster_findings, "link_finding_line": link_finding_line}
+        return {"link_plan": link_plan, "link_existing": link_existing, "link_input_errors": link_input_errors,
+                "link_peers": link_peers, "link_cluster_findings": link_cluster_findings,
+                "link_finding_line": link_finding_line}

@@ -14,14 +14,25 @@ The sysfs layout read here is the kernel's documented one:
   (drivers/infiniband/core/device.c puts it under the parent device);
 - /sys/class/infiniband/<ibdev>/ports/<port>/gids/<index>, gid_attrs/types/<index> ("IB/RoCE v1" or
   "RoCE v2") and gid_attrs/ndevs/<index>: Documentation/ABI/stable/sysfs-class-infiniband.
+
+Netplan reads every *.yaml file and merges them in the order of their names: a later file's scalar
+(the MTU) overrides an earlier one's, sequences (the addresses) are concatenated (netplan-generate(8),
+"HANDLING MULTIPLE FILES", https://manpages.ubuntu.com/manpages/noble/man8/netplan-generate.8.html).
+Two files configuring one port therefore give it the addresses of both: the doctor reports it.
 """
 
 from __future__ import annotations
 
+import glob
 import ipaddress
 import json
 import os
 import re
+
+try:
+    import yaml
+except ImportError:  # reported per file: netplan itself needs PyYAML, so a box without it has no netplan to read
+    yaml = None
 
 # The ConnectX-7 of a DGX Spark is driven by mlx5_core (NVIDIA's connect-two-sparks playbook lists
 # its interfaces with `ibdev2netdev`, which names mlx5 RoCE devices).
@@ -117,16 +128,72 @@ def discover(interfaces: list[dict]) -> list[str]:
     return [i["name"] for i in sorted(found, key=pci_order)]
 
 
-def netplan_devices(document: object) -> list[str]:
-    """The device names a netplan document configures (every section under `network` but its scalars)."""
+def _sections(document: object) -> list[dict]:
+    """The device sections of a netplan document (ethernets, bonds, ...: every mapping under `network`)."""
     network = document.get("network") if isinstance(document, dict) else None
     if not isinstance(network, dict):
         return []
+    return [section for section in network.values() if isinstance(section, dict)]
+
+
+def netplan_devices(document: object) -> list[str]:
+    """The device names a netplan document configures (every section under `network` but its scalars)."""
     names: set[str] = set()
-    for section in network.values():
-        if isinstance(section, dict):
-            names.update(str(name) for name in section)
+    for section in _sections(document):
+        names.update(str(name) for name in section)
     return sorted(names)
+
+
+def _addresses(value: object) -> list[str]:
+    """A device's `addresses`: netplan takes "a.b.c.d/prefix" or a mapping of it to its options (lifetime,
+    label) for each entry (netplan(5), "addresses")."""
+    found = []
+    for entry in value if isinstance(value, list) else []:
+        if isinstance(entry, dict):
+            found.extend(str(key) for key in entry)
+        elif entry is not None:
+            found.append(str(entry))
+    return found
+
+
+def netplan_settings(document: object) -> dict[str, dict]:
+    """What a netplan document gives each device the link role cares about: {name: {"addresses": [...],
+    "mtu": int or None (not set: the interface keeps the kernel's default, 1500 for Ethernet)}}."""
+    found: dict[str, dict] = {}
+    for section in _sections(document):
+        for name, device in section.items():
+            settings = device if isinstance(device, dict) else {}
+            mtu = settings.get("mtu")
+            found[str(name)] = {"addresses": _addresses(settings.get("addresses")),
+                                "mtu": mtu if isinstance(mtu, int) and not isinstance(mtu, bool) else None}
+    return found
+
+
+def read_netplan(netplan_dir: str) -> dict[str, dict]:
+    """Each *.yaml file of a directory -> {"devices": [...], "settings": netplan_settings}, or {"error": ...}."""
+    paths = sorted(glob.glob(os.path.join(netplan_dir, "*.yaml")))
+    if yaml is None:
+        return {path: {"error": "PyYAML is not installed on the box"} for path in paths}
+    files: dict[str, dict] = {}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                document = yaml.safe_load(handle)
+        except (OSError, yaml.YAMLError) as exc:
+            files[path] = {"error": (str(exc).splitlines() or [type(exc).__name__])[0]}
+            continue
+        files[path] = {"devices": netplan_devices(document), "settings": netplan_settings(document)}
+    return files
+
+
+def configured_by(files: dict[str, dict], name: str) -> list[str]:
+    """The netplan files (as read_netplan reads them) that configure the device, in netplan's order."""
+    return sorted(path for path, read in files.items() if name in (read.get("devices") or []))
+
+
+def port_line(name: str, files: list[str]) -> str:
+    """The doctor's line for one link port: which netplan files configure it."""
+    return f"{name}: configured by {', '.join(files) if files else 'no netplan file'}"
 
 
 # --- the doctor's findings ------------------------------------------------------------------------
@@ -186,6 +253,26 @@ def local_findings(host: str, interface: dict, settings: dict) -> tuple[list[dic
                 "the GID table fills a moment after the address is set: run the doctor again; if it stays empty, "
                 "`rdma link` and `ibdev2netdev` tell whether the RDMA device is bound to this interface")))
     return found, gids
+
+
+def netplan_findings(host: str, name: str, files: list[str], netplan_dir: str) -> list[dict]:
+    """A link port that two netplan files configure (netplan merges them: the addresses of both on the
+    port, the MTU of the later one) or that none does (what is in force does not survive a reboot)."""
+    if len(files) > 1:
+        return [finding("error", name, "netplan", (
+            f"{name} on {host} is configured by {len(files)} netplan files: {', '.join(files)} (netplan merges "
+            "them: the port gets the addresses of all of them and the MTU of the last)",
+            f"one netplan file configuring {name}",
+            f"keep {name} in one file: run the link role (playbooks/link.yml), which keeps aside a file that "
+            "configures only the link's ports (link_state: absent puts it back) and refuses one that configures "
+            f"other devices too; or move {name}'s settings into one of them by hand (`sudo netplan get "
+            f"ethernets.{name}` shows the merged result), then `sudo netplan apply`"))]
+    if not files:
+        return [finding("warning", name, "netplan", (
+            f"no netplan file in {netplan_dir} configures {name} on {host}: its addresses and MTU do not survive "
+            "a reboot", f"one netplan file configuring {name}",
+            "run the link role (playbooks/link.yml): it writes one (link_netplan_path)"))]
+    return []
 
 
 def ping_command(ping: str, name: str, peer: str, mtu: int) -> list[str]:

@@ -16,6 +16,9 @@ description:
     a RoCE device (C(/sys/class/net/IF/device/infiniband/*)) and the RoCE v2 GID index of its address
     (C(/sys/class/infiniband/DEV/ports/1/gids/*) and C(gid_attrs/types/*), as the kernel documents them in
     C(Documentation/ABI/stable/sysfs-class-infiniband)).
+  - Which files of O(netplan_dir) configure each link interface - two is an error (netplan merges them, the addresses
+    of both on the port), none a warning (what is in force does not survive a reboot) - named in each finding about
+    the interface and in RV(report).
   - Then a don't-fragment ping filling one frame (C(ping -M do -s MTU-28 -c 1 -W 1 -I IF PEER)) to every peer
     address of O(peers) - a link whose two ends differ in MTU passes small packets and fails this one, as NCCL's large
     transfers fail (C(IBV_WC_RETRY_EXC_ERR)).
@@ -46,12 +49,17 @@ options:
     description: This box's name in the messages; the node name by default.
     type: str
     default: ""
+  netplan_dir:
+    description: The netplan directory whose C(*.yaml) files to read.
+    type: path
+    default: /etc/netplan
   sys_root:
     description: Where sysfs is mounted (tests point it at a tree of their own).
     type: path
     default: /sys
 requirements:
   - C(ip) from iproute2 and C(ping) from iputils (C(-M do)).
+  - PyYAML on the box to read netplan files (netplan itself depends on it).
 extends_documentation_fragment:
   - sparkfleet.serving.checks.READ_ONLY
 """
@@ -67,7 +75,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 findings:
-  description: The problems found, each with its fix; empty when the link is ready.
+  description: The problems found, each with its fix; empty when the link is ready. A finding about an interface has
+    C(configured_by), the netplan files that configure it.
   returned: always
   type: list
   elements: dict
@@ -78,9 +87,10 @@ findings:
       found: MTU 1500 on spark-b enp1s0f1np1
       expected: "9000"
       fix: run the link role (playbooks/link.yml) on spark-b, or `sudo ip link set enp1s0f1np1 mtu 9000` there now ...
+      configured_by: [/etc/netplan/40-sparkfleet-link.yaml]
 interfaces:
   description: What was read of each examined interface (as M(sparkfleet.serving.link_facts) returns it), with
-    C(gid_index) (by IPv4 address, the RoCE v2 GID index or null).
+    C(gid_index) (by IPv4 address, the RoCE v2 GID index or null) and C(configured_by).
   returned: always
   type: list
   elements: dict
@@ -89,6 +99,12 @@ pings:
   returned: always
   type: list
   elements: dict
+report:
+  description: One line for each examined interface - the netplan files that configure it.
+  returned: always
+  type: list
+  elements: str
+  sample: ["enp1s0f1np1: configured by /etc/netplan/40-cx7.yaml"]
 """
 
 import os
@@ -97,15 +113,25 @@ import platform
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.link import (
+    configured_by,
     discover,
     finding,
     local_findings,
+    netplan_findings,
     parse_ip_addr,
     ping_command,
     ping_finding,
+    port_line,
     read_interface,
     read_interfaces,
+    read_netplan,
 )
+
+
+def with_files(findings: list[dict], netplan: dict[str, dict]) -> list[dict]:
+    """Each finding about an interface, with the netplan files that configure it (what to look at or edit)."""
+    return [{**found, "configured_by": configured_by(netplan, found["interface"])} if found["interface"] else found
+            for found in findings]
 
 
 def main() -> None:
@@ -116,6 +142,7 @@ def main() -> None:
             "peers": {"type": "list", "elements": "dict", "default": []},
             "require_roce": {"type": "bool", "default": True},
             "host": {"type": "str", "default": ""},
+            "netplan_dir": {"type": "path", "default": "/etc/netplan"},
             "sys_root": {"type": "path", "default": "/sys"},
         },
         supports_check_mode=True,
@@ -129,6 +156,7 @@ def main() -> None:
     if rc != 0:
         module.fail_json(msg=f"`ip -j addr show` failed (rc {rc}): {err.strip()}")
     addresses = parse_ip_addr(out)
+    netplan = read_netplan(params["netplan_dir"])
     settings = {"mtu": params["mtu"], "require_roce": params["require_roce"], "sys_root": sys_root}
     findings: list[dict] = []
     examined: list[dict] = []
@@ -144,23 +172,25 @@ def main() -> None:
             continue
         interface = read_interface(sys_root, name)
         interface["ipv4"] = addresses.get(name, [])
+        files = configured_by(netplan, name)
         found, gids = local_findings(host, interface, settings)
-        findings.extend(found)
-        examined.append({**interface, "gid_index": gids})
+        findings.extend(found + netplan_findings(host, name, files, params["netplan_dir"]))
+        examined.append({**interface, "gid_index": gids, "configured_by": files})
     pings = []
     ping = module.get_bin_path("ping")
     if params["peers"] and not ping:
         module.fail_json(msg=(
             f"ping is not installed on {host}: the doctor sends a don't-fragment ping of a full frame to every "
             "other member (ping -M do, from iputils); install the iputils-ping package (DGX OS has it) and run "
-            "again"), findings=findings, interfaces=examined)
+            "again"), findings=with_files(findings, netplan), interfaces=examined)
     for peer in params["peers"]:
         rc, out, err = module.run_command(ping_command(ping, peer["interface"], peer["address"], params["mtu"]))
         pings.append({**peer, "ok": rc == 0})
         problem = ping_finding(host, peer, params["mtu"], (rc, out + err))
         if problem:
             findings.append(problem)
-    module.exit_json(changed=False, findings=findings, interfaces=examined, pings=pings)
+    module.exit_json(changed=False, findings=with_files(findings, netplan), interfaces=examined, pings=pings,
+                     report=[port_line(i["name"], i["configured_by"]) for i in examined])
 
 
 if __name__ == "__main__":

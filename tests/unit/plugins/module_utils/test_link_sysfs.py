@@ -112,6 +112,82 @@ def test_netplan_devices():
     assert link.netplan_devices({"network": "x"}) == []
 
 
+def test_netplan_settings_reads_addresses_in_both_forms_and_the_mtu():
+    # netplan(5) takes an address as "a.b.c.d/prefix" or as a mapping of it to its options (lifetime, label).
+    document = {"network": {"version": 2, "ethernets": {
+        "enp1s0f1np1": {"addresses": ["192.168.100.10/24", {"fd00::10/64": {"lifetime": 0}}], "mtu": 9000},
+        "enP2p1s0f1np1": {"link-local": ["ipv4"]},
+        "enp1s0f0np0": None,
+        "enP2p1s0f0np0": {"mtu": True, "addresses": "192.168.1.1/24"}}}}
+    assert link.netplan_settings(document) == {
+        "enp1s0f1np1": {"addresses": ["192.168.100.10/24", "fd00::10/64"], "mtu": 9000},
+        # NVIDIA's "automatic" option: link-local addresses only, no MTU.
+        "enP2p1s0f1np1": {"addresses": [], "mtu": None},
+        "enp1s0f0np0": {"addresses": [], "mtu": None},
+        # Not what netplan accepts: nothing usable is read from it.
+        "enP2p1s0f0np0": {"addresses": [], "mtu": None},
+    }
+    assert link.netplan_settings([]) == {}
+
+
+NVIDIA_40_CX7 = """network:
+  version: 2
+  ethernets:
+    enp1s0f1np1:
+      addresses:
+        - 192.168.100.10/24
+      dhcp4: no
+    enP2p1s0f1np1:
+      addresses:
+        - 192.168.101.10/24
+      dhcp4: no
+"""
+
+
+def test_read_netplan_and_which_files_configure_a_port(tmp_path: Path):
+    # NVIDIA's connect-two-sparks file (nvidia/connect-two-sparks/README.md, "Step 3", node 1) beside the role's.
+    (tmp_path / "40-cx7.yaml").write_text(NVIDIA_40_CX7)
+    (tmp_path / "40-sparkfleet-link.yaml").write_text(
+        "network: {version: 2, ethernets: {enp1s0f1np1: {addresses: [192.168.100.11/24], mtu: 9000}}}\n")
+    (tmp_path / "99-broken.yaml").write_text("network: [\n")
+    (tmp_path / "notes.txt").write_text("not read\n")
+    files = link.read_netplan(str(tmp_path))
+    cx7, ours, broken = (str(tmp_path / name) for name in ("40-cx7.yaml", "40-sparkfleet-link.yaml", "99-broken.yaml"))
+    assert sorted(files) == [cx7, ours, broken]
+    assert files[cx7] == {"devices": ["enP2p1s0f1np1", "enp1s0f1np1"], "settings": {
+        "enp1s0f1np1": {"addresses": ["192.168.100.10/24"], "mtu": None},
+        "enP2p1s0f1np1": {"addresses": ["192.168.101.10/24"], "mtu": None}}}
+    assert "error" in files[broken]
+    # In netplan's order (the names'): a file that cannot be read configures nothing that can be told.
+    assert link.configured_by(files, "enp1s0f1np1") == [cx7, ours]
+    assert link.configured_by(files, "enP2p1s0f1np1") == [cx7]
+    assert link.configured_by(files, "enP7s7") == []
+    assert link.read_netplan(str(tmp_path / "none")) == {}
+
+
+def test_port_line():
+    assert link.port_line("enp1s0f0np0", ["/etc/netplan/40-cx7.yaml"]) == \
+        "enp1s0f0np0: configured by /etc/netplan/40-cx7.yaml"
+    assert link.port_line("enp1s0f0np0", ["/etc/netplan/40-cx7.yaml", "/etc/netplan/99-nvidia-sync-cluster.yaml"]) \
+        == "enp1s0f0np0: configured by /etc/netplan/40-cx7.yaml, /etc/netplan/99-nvidia-sync-cluster.yaml"
+    assert link.port_line("enp1s0f0np0", []) == "enp1s0f0np0: configured by no netplan file"
+
+
+def test_two_files_for_one_port_is_an_error_with_its_fix_none_a_warning():
+    two = ["/etc/netplan/40-cx7.yaml", "/etc/netplan/99-nvidia-sync-cluster.yaml"]
+    [found] = link.netplan_findings("spark-a", "enp1s0f1np1", two, "/etc/netplan")
+    assert (found["severity"], found["check"], found["interface"]) == ("error", "netplan", "enp1s0f1np1")
+    assert found["found"].startswith("enp1s0f1np1 on spark-a is configured by 2 netplan files: "
+                                     "/etc/netplan/40-cx7.yaml, /etc/netplan/99-nvidia-sync-cluster.yaml")
+    assert found["expected"] == "one netplan file configuring enp1s0f1np1"
+    assert "run the link role" in found["fix"] and "link_state: absent puts it back" in found["fix"]
+    assert "`sudo netplan get ethernets.enp1s0f1np1`" in found["fix"]
+    [none] = link.netplan_findings("spark-a", "enp1s0f1np1", [], "/etc/netplan")
+    assert (none["severity"], none["check"]) == ("warning", "netplan")
+    assert "no netplan file in /etc/netplan configures enp1s0f1np1 on spark-a" in none["found"]
+    assert link.netplan_findings("spark-a", "enp1s0f1np1", two[:1], "/etc/netplan") == []
+
+
 def settings(spark: Path, require_roce: bool = True) -> dict:
     return {"mtu": 9000, "require_roce": require_roce, "sys_root": str(spark)}
 
@@ -186,7 +262,7 @@ def test_link_facts_reads_interfaces_addresses_and_netplan(spark: Path, tmp_path
     netplan = tmp_path / "netplan"
     netplan.mkdir()
     (netplan / "40-cx7.yaml").write_text("network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n"
-                                         "      addresses: [192.168.100.10/24]\n")
+                                         "      addresses: [192.168.100.10/24]\n      mtu: 9000\n")
     (netplan / "99-broken.yaml").write_text("network: [\n")
     result = run_module(link_facts.main, {"sys_root": str(spark), "netplan_dir": str(netplan)}, capsys, monkeypatch,
                         {"ip": (0, IP_ADDR, "")})
@@ -194,16 +270,48 @@ def test_link_facts_reads_interfaces_addresses_and_netplan(spark: Path, tmp_path
     assert result["discovered"] == ["enp1s0f1np1", "enP2p1s0f1np1"]
     by_name = {i["name"]: i for i in result["interfaces"]}
     assert by_name["enp1s0f1np1"]["ipv4"] == ["192.168.100.10/24"] and by_name["enP2p1s0f1np1"]["ipv4"] == []
-    assert result["netplan_files"][str(netplan / "40-cx7.yaml")] == {"devices": ["enp1s0f1np1"]}
+    assert result["netplan_files"][str(netplan / "40-cx7.yaml")] == {
+        "devices": ["enp1s0f1np1"], "settings": {"enp1s0f1np1": {"addresses": ["192.168.100.10/24"], "mtu": 9000}}}
     assert "error" in result["netplan_files"][str(netplan / "99-broken.yaml")]
+    assert by_name["enp1s0f1np1"]["configured_by"] == [str(netplan / "40-cx7.yaml")]
+    assert by_name["enP2p1s0f1np1"]["configured_by"] == []
+    assert result["backup_netplan_files"] == {}
 
 
-def test_link_doctor_pings_each_peer_and_reports_with_fixes(spark: Path, capsys, monkeypatch):
+def test_link_facts_reads_the_files_the_role_kept_aside(spark: Path, tmp_path: Path, capsys, monkeypatch):
+    netplan, kept = tmp_path / "netplan", tmp_path / "kept"
+    netplan.mkdir()
+    kept.mkdir()
+    (kept / "40-cx7.yaml").write_text(NVIDIA_40_CX7)
+    # GNU cp's numbered backup of an older copy: not a netplan file, and not put back by link_state: absent.
+    (kept / "40-cx7.yaml.~1~").write_text(NVIDIA_40_CX7)
+    result = run_module(link_facts.main, {"sys_root": str(spark), "netplan_dir": str(netplan),
+                                          "backup_dir": str(kept)}, capsys, monkeypatch, {"ip": (0, IP_ADDR, "")})
+    assert result["netplan_files"] == {}
+    assert list(result["backup_netplan_files"]) == [str(kept / "40-cx7.yaml")]
+    # What configures a port is the netplan directory alone: a copy kept aside configures nothing.
+    assert {i["name"]: i["configured_by"] for i in result["interfaces"]}["enp1s0f1np1"] == []
+
+
+@pytest.fixture
+def netplan(tmp_path: Path) -> Path:
+    """/etc/netplan as NVIDIA's connect-two-sparks playbook leaves it (with the MTU the link needs)."""
+    directory = tmp_path / "etc-netplan"
+    directory.mkdir()
+    with_mtu = NVIDIA_40_CX7.replace("      dhcp4: no\n", "      dhcp4: no\n      mtu: 9000\n")
+    (directory / "40-cx7.yaml").write_text(with_mtu)
+    return directory
+
+
+def test_link_doctor_pings_each_peer_and_reports_with_fixes(spark: Path, netplan: Path, capsys, monkeypatch):
     args = {"sys_root": str(spark), "interfaces": ["enp1s0f1np1"], "host": "spark-a", "_ansible_check_mode": True,
+            "netplan_dir": str(netplan),
             "peers": [{"interface": "enp1s0f1np1", "host": "spark-b", "address": "192.168.100.11"}]}
     ready = run_module(link_doctor.main, args, capsys, monkeypatch, {"ip": (0, IP_ADDR, ""), "ping": (0, "", "")})
     assert ready["findings"] == []
     assert ready["interfaces"][0]["gid_index"] == {"192.168.100.10": 3}
+    assert ready["interfaces"][0]["configured_by"] == [str(netplan / "40-cx7.yaml")]
+    assert ready["report"] == [f"enp1s0f1np1: configured by {netplan}/40-cx7.yaml"]
     assert ready["pings"] == [{**args["peers"][0], "ok": True}]
     assert ready["calls"][-1] == ["/usr/bin/ping", "-M", "do", "-s", "8972", "-c", "1", "-W", "1", "-I",
                                   "enp1s0f1np1", "192.168.100.11"]
@@ -211,10 +319,30 @@ def test_link_doctor_pings_each_peer_and_reports_with_fixes(spark: Path, capsys,
                         {"ip": (0, IP_ADDR, ""), "ping": (1, "1 packets transmitted, 0 received", "")})
     assert [f["check"] for f in silent["findings"]] == ["link", "ping"]
     assert "no interface enp1s0f1np7 on spark-a" in silent["findings"][0]["found"]
+    assert silent["report"] == []
 
 
-def test_link_doctor_without_ping_says_what_to_install(spark: Path, capsys, monkeypatch):
-    args = {"sys_root": str(spark), "interfaces": ["enp1s0f1np1"], "host": "spark-a",
+def test_link_doctor_names_the_files_of_each_port_and_finds_two(spark: Path, netplan: Path, capsys, monkeypatch):
+    """NVIDIA Sync's file beside NVIDIA's playbook's: netplan merges them, so each port has two configurations."""
+    (netplan / "99-nvidia-sync-cluster.yaml").write_text(
+        "network: {version: 2, ethernets: {enp1s0f1np1: {addresses: [192.168.200.1/24], mtu: 9000}}}\n")
+    args = {"sys_root": str(spark), "interfaces": ["enp1s0f1np1", "enP2p1s0f1np1"], "host": "spark-a",
+            "netplan_dir": str(netplan), "mtu": 9000}
+    result = run_module(link_doctor.main, args, capsys, monkeypatch, {"ip": (0, IP_ADDR, "")})
+    both = [str(netplan / "40-cx7.yaml"), str(netplan / "99-nvidia-sync-cluster.yaml")]
+    assert result["report"] == [f"enp1s0f1np1: configured by {', '.join(both)}",
+                                f"enP2p1s0f1np1: configured by {netplan}/40-cx7.yaml"]
+    by_check = {(f["check"], f["interface"]): f for f in result["findings"]}
+    two = by_check[("netplan", "enp1s0f1np1")]
+    assert two["severity"] == "error" and two["configured_by"] == both
+    assert "is configured by 2 netplan files" in two["found"]
+    # Every finding about a port names its files (enP2p1s0f1np1 has no address and no GID here).
+    assert by_check[("address", "enP2p1s0f1np1")]["configured_by"] == [str(netplan / "40-cx7.yaml")]
+    assert all("configured_by" in f for f in result["findings"])
+
+
+def test_link_doctor_without_ping_says_what_to_install(spark: Path, netplan: Path, capsys, monkeypatch):
+    args = {"sys_root": str(spark), "interfaces": ["enp1s0f1np1"], "host": "spark-a", "netplan_dir": str(netplan),
             "peers": [{"interface": "enp1s0f1np1", "host": "spark-b", "address": "192.168.100.11"}]}
     result = run_module(link_doctor.main, args, capsys, monkeypatch, {"ip": (0, IP_ADDR, "")}, missing=("ping",))
     assert result["failed"] is True

@@ -180,3 +180,227 @@ def test_filters_at_their_boundary():
     line = link_filters.link_finding_line({"severity": "error", "check": "mtu", "interface": "eth1",
                                            "found": "MTU 1500", "expected": "9000", "fix": "set it"})
     assert line == "ERROR mtu eth1: MTU 1500; expected 9000; fix: set it"
+
+
+# --- the addresses NVIDIA's tools gave the link ------------------------------------------------------
+# The files NVIDIA's tools write for the link's ports alone: the connect-two-sparks playbook's
+# /etc/netplan/40-cx7.yaml (nvidia/connect-two-sparks/README.md, "Step 3": addresses and dhcp4, no MTU), the
+# connect-multiple-sparks one's (nvidia/playbook-connect-multiple-sparks/assets/cx7-netplan-example.yaml,
+# 192.168.1.10/24 ... 192.168.4.10/24), NVIDIA Sync's /etc/netplan/99-nvidia-sync-cluster.yaml. The addresses
+# below differ from the role's (.10/.11 in 192.168.100/101.0/24) so that the tests tell which were given.
+
+NVIDIA = "/etc/netplan/40-cx7.yaml"
+SYNC = "/etc/netplan/99-nvidia-sync-cluster.yaml"
+KEPT = "/var/lib/sparkfleet/link/netplan-replaced/40-cx7.yaml"
+ROLES = {"enp1s0f1np1": "192.168.100.11/24", "enP2p1s0f1np1": "192.168.101.11/24"}
+
+
+def netplan_file(addresses: dict[str, list[str]], mtu: int | None = 9000) -> dict:
+    """A file as link_facts reads it: the devices it configures and what it gives each."""
+    return {"devices": sorted(addresses),
+            "settings": {name: {"addresses": given, "mtu": mtu} for name, given in addresses.items()}}
+
+
+def sync_file(host_number: int, mtu: int | None = 9000) -> dict:
+    return netplan_file({"enp1s0f1np1": [f"192.168.1.{host_number}/24"],
+                         "enP2p1s0f1np1": [f"192.168.2.{host_number}/24"]}, mtu)
+
+
+def member_facts(files: dict, kept: dict | None = None) -> dict:
+    return {**inputs()["facts"], "netplan_files": files, "backup_netplan_files": kept or {}}
+
+
+def cluster_inputs(files: dict[str, dict], host: str = "spark-b", kept: dict[str, dict] | None = None,
+                   **changes) -> dict:
+    """The inputs of `host` with every member's netplan files (by host) read in this run, as the role's
+    __link_existing gives them to each other."""
+    kept = kept or {}
+
+    def read_on(member: str) -> dict:
+        return link_plan.existing(inputs(host=member, facts=member_facts(files.get(member, {}), kept.get(member))))
+
+    existing = {member: read_on(member) for member in files.keys() | kept.keys()}
+    return inputs(host=host, facts=member_facts(files.get(host, {}), kept.get(host)), existing=existing,
+                  defaults={"subnets": ["192.168.100.0/24", "192.168.101.0/24"], "first_host_number": 10}, **changes)
+
+
+def right_files() -> dict[str, dict]:
+    return {"spark-a": {SYNC: sync_file(1)}, "spark-b": {SYNC: sync_file(2)}}
+
+
+def test_existing_reads_the_file_that_configures_only_the_link():
+    data = inputs(facts=member_facts({SYNC: sync_file(2), "/etc/netplan/01-network-manager-all.yaml":
+                                      netplan_file({"enP7s7": []})}))
+    assert link_plan.existing(data) == {
+        "files": [SYNC], "addresses": {"enp1s0f1np1": "192.168.1.2/24", "enP2p1s0f1np1": "192.168.2.2/24"},
+        "problems": [], "kept_aside": False}
+    # Nothing but the role's own file: nothing to keep.
+    assert link_plan.existing(inputs(facts=member_facts(
+        {"/etc/netplan/40-sparkfleet-link.yaml": sync_file(2)}))) == {}
+    # Once the role has replaced it, the copy it keeps aside gives the addresses (later runs keep them).
+    kept = link_plan.existing(inputs(facts=member_facts({}, {KEPT: sync_file(2)})))
+    assert (kept["files"], kept["kept_aside"], kept["problems"]) == ([KEPT], True, [])
+
+
+@pytest.mark.parametrize(("file", "expected"), [
+    # NVIDIA's connect-two-sparks file sets no MTU: the port stays at 1500.
+    (sync_file(2, mtu=None), "gives enp1s0f1np1 no MTU (the kernel's default, 1500); expected link_mtu 9000"),
+    (sync_file(2, mtu=1500), "gives enp1s0f1np1 MTU 1500; expected link_mtu 9000"),
+    (netplan_file({"enp1s0f1np1": ["192.168.1.2/24", "192.168.7.2/24"], "enP2p1s0f1np1": ["192.168.2.2/24"]}),
+     "gives enp1s0f1np1 2 static IPv4 addresses (192.168.1.2/24, 192.168.7.2/24); expected one"),
+    # NVIDIA's "automatic" option: link-local addresses only.
+    (netplan_file({"enp1s0f1np1": [], "enP2p1s0f1np1": ["192.168.2.2/24"]}),
+     "gives enp1s0f1np1 0 static IPv4 addresses (link-local or DHCP only); expected one"),
+    (netplan_file({"enp1s0f1np1": ["192.168.1.2/24"], "enP2p1s0f1np1": ["192.168.1.3/24"]}),
+     "enp1s0f1np1 and enP2p1s0f1np1 are both in 192.168.1.0/24; expected one subnet per port"),
+    (netplan_file({"enp1s0f1np1": ["192.168.1.2/32"], "enP2p1s0f1np1": ["192.168.2.2/24"]}),
+     "a /32: no other member can be in its subnet"),
+    (netplan_file({"enp1s0f1np1": ["192.168.1.0/24"], "enP2p1s0f1np1": ["192.168.2.2/24"]}),
+     "the subnet's own network or broadcast address"),
+    (netplan_file({"enp1s0f1np1": ["one"], "enP2p1s0f1np1": ["192.168.2.2/24"]}), "'one', not an address"),
+    (netplan_file({"enp1s0f1np1": ["192.168.1.2/24"]}), "gives enP2p1s0f1np1 nothing"),
+])
+def test_existing_says_why_its_addresses_cannot_be_kept(file: dict, expected: str):
+    found = link_plan.existing(inputs(facts=member_facts({NVIDIA: file})))
+    assert any(expected in problem for problem in found["problems"]), found
+
+
+def test_two_nvidia_files_for_one_port_cannot_be_kept():
+    found = link_plan.existing(inputs(facts=member_facts({NVIDIA: sync_file(2), SYNC: sync_file(2)})))
+    assert f"enp1s0f1np1 is configured by 2 files ({NVIDIA}, {SYNC})" in " | ".join(found["problems"])
+
+
+def test_right_addresses_are_kept_on_every_member():
+    plan = link_plan.plan(cluster_inputs(right_files()))
+    assert plan["errors"] == []
+    assert plan["adoption"]["adopted"] is True
+    assert plan["addresses"] == {"enp1s0f1np1": "192.168.1.2/24", "enP2p1s0f1np1": "192.168.2.2/24"}
+    # The role's file gives the same, so nothing changes on the wire; NVIDIA's is still taken over.
+    assert plan["netplan"]["network"]["ethernets"]["enp1s0f1np1"]["addresses"] == ["192.168.1.2/24"]
+    assert plan["netplan"]["network"]["ethernets"]["enp1s0f1np1"]["mtu"] == 9000
+    assert plan["replaced"] == [SYNC]
+    # The firewall lets the other member in by the address its own file gives it.
+    assert plan["peers"] == {"enp1s0f1np1": {"spark-a": "192.168.1.1"}, "enP2p1s0f1np1": {"spark-a": "192.168.2.1"}}
+    message = plan["adoption"]["message"]
+    assert message.startswith(f"kept the addresses {SYNC} gives the link: enp1s0f1np1 192.168.1.2/24, "
+                              "enP2p1s0f1np1 192.168.2.2/24, MTU 9000 - right for cluster pair1")
+    assert "nothing changes on the wire" in message
+    head = link_plan.plan(cluster_inputs(right_files(), host="spark-a"))
+    assert head["addresses"] == {"enp1s0f1np1": "192.168.1.1/24", "enP2p1s0f1np1": "192.168.2.1/24"}
+
+
+def test_kept_addresses_hold_on_the_next_run_from_the_copies_kept_aside():
+    kept = {"spark-a": {KEPT: sync_file(1)}, "spark-b": {KEPT: sync_file(2)}}
+    plan = link_plan.plan(cluster_inputs({}, kept=kept))
+    assert plan["addresses"] == {"enp1s0f1np1": "192.168.1.2/24", "enP2p1s0f1np1": "192.168.2.2/24"}
+    assert plan["replaced"] == []
+    assert "(kept aside by an earlier run)" in plan["adoption"]["message"]
+
+
+def test_nvidias_addresses_equal_to_the_roles_are_kept_too():
+    # The connect-two-sparks playbook's node 2, with the MTU the link needs.
+    node = {"enp1s0f1np1": ["192.168.100.{}/24"], "enP2p1s0f1np1": ["192.168.101.{}/24"]}
+    files = {member: {NVIDIA: netplan_file({n: [a[0].format(number)] for n, a in node.items()})}
+             for member, number in (("spark-a", 10), ("spark-b", 11))}
+    plan = link_plan.plan(cluster_inputs(files))
+    assert plan["adoption"]["adopted"] is True and plan["addresses"] == ROLES
+
+
+def not_kept(files: dict[str, dict], **changes) -> str:
+    """The role's own addresses are given; the message says why the files' were not kept."""
+    plan = link_plan.plan(cluster_inputs(files, **changes))
+    assert plan["errors"] == [], plan["errors"]
+    assert plan["adoption"]["adopted"] is False
+    assert plan["addresses"] == ROLES and plan["peers"]["enp1s0f1np1"] == {"spark-a": "192.168.100.10"}
+    message = plan["adoption"]["message"]
+    assert message.startswith("did not keep the addresses of ")
+    assert message.endswith("the role gives its own: enp1s0f1np1 192.168.100.11/24, enP2p1s0f1np1 "
+                            "192.168.101.11/24, MTU 9000 (link_subnets and the members' host numbers)")
+    return message
+
+
+def test_mtu_1500_on_one_member_keeps_the_roles_addresses_and_mtu():
+    files = {**right_files(), "spark-a": {SYNC: sync_file(1, mtu=1500)}}
+    assert f"spark-a: {SYNC} gives enp1s0f1np1 MTU 1500; expected link_mtu 9000" in not_kept(files)
+    assert link_plan.plan(cluster_inputs(files))["netplan"]["network"]["ethernets"]["enp1s0f1np1"]["mtu"] == 9000
+
+
+def test_two_members_with_one_address_keep_the_roles():
+    files = {"spark-a": {SYNC: sync_file(2)}, "spark-b": {SYNC: sync_file(2)}}
+    message = not_kept(files)
+    assert "spark-a and spark-b both have 192.168.1.2 in 192.168.1.0/24; expected one address per member" in message
+
+
+def test_members_in_different_subnets_keep_the_roles():
+    other = netplan_file({"enp1s0f1np1": ["192.168.7.1/24"], "enP2p1s0f1np1": ["192.168.2.1/24"]})
+    message = not_kept({**right_files(), "spark-a": {SYNC: other}})
+    assert ("the members' link subnets differ (spark-a 192.168.2.0/24, 192.168.7.0/24; spark-b 192.168.1.0/24, "
+            "192.168.2.0/24)") in message
+
+
+def test_a_member_without_such_a_file_keeps_the_roles():
+    message = not_kept({"spark-b": {SYNC: sync_file(2)}, "spark-a": {}})
+    assert "spark-a: no netplan file but the role's gives its link ports their addresses" in message
+    # The member without a file says so too (it read spark-b's).
+    head = link_plan.plan(cluster_inputs({"spark-b": {SYNC: sync_file(2)}, "spark-a": {}}, host="spark-a"))
+    assert head["adoption"]["message"].startswith("did not keep the addresses of the netplan files of spark-b: ")
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"host_numbers": {"spark-a": 10, "spark-b": 11}}, "link_host_number of spark-a, link_host_number of spark-b"),
+    ({"first_host_number": 20}, "link_first_host_number"),
+])
+def test_addresses_set_by_hand_win(changes: dict, expected: str):
+    message = link_plan.plan(cluster_inputs(right_files(), **changes))["adoption"]["message"]
+    assert f"addresses are set by hand ({expected}), and they win" in message
+    subnets = link_plan.plan(cluster_inputs(right_files(), subnets=["10.0.1.0/24", "10.0.2.0/24"]))
+    assert subnets["addresses"] == {"enp1s0f1np1": "10.0.1.11/24", "enP2p1s0f1np1": "10.0.2.11/24"}
+    assert "(link_subnets)" in subnets["adoption"]["message"]
+
+
+def test_a_member_outside_the_run_with_other_addresses_is_refused_before_any_change():
+    data = cluster_inputs(right_files())
+    data["existing"] = {"spark-b": data["existing"]["spark-b"]}  # spark-a is not in the run (--limit)
+    message = refusal(**{key: value for key, value in data.items() if key != "host"})
+    assert message.startswith(f"{SYNC} on spark-b gives the link enp1s0f1np1 192.168.1.2/24, enP2p1s0f1np1 "
+                              "192.168.2.2/24, not the role's enp1s0f1np1 192.168.100.11/24")
+    assert "spark-a is not in this run" in message and "run without --limit" in message
+
+
+def test_a_member_outside_the_run_and_the_same_addresses_as_the_roles_is_no_refusal():
+    node = netplan_file({"enp1s0f1np1": ["192.168.100.11/24"], "enP2p1s0f1np1": ["192.168.101.11/24"]})
+    data = cluster_inputs({"spark-b": {NVIDIA: node}})
+    data["existing"] = {"spark-b": data["existing"]["spark-b"]}
+    plan = link_plan.plan(data)
+    assert plan["errors"] == [] and plan["addresses"] == ROLES
+    assert "spark-a not in this run to compare with, and the role's are the same on spark-b" in \
+        plan["adoption"]["message"]
+
+
+def test_no_file_anywhere_says_nothing():
+    plan = link_plan.plan(cluster_inputs({"spark-a": {}, "spark-b": {}}))
+    assert plan["adoption"] == {"adopted": False, "message": ""}
+    assert link_plan.plan(inputs())["adoption"] == {"adopted": False, "message": ""}
+
+
+def test_finding_lines_name_the_files_of_the_port():
+    finding = {"severity": "error", "check": "mtu", "interface": "enp1s0f0np0", "found": "MTU 1500",
+               "expected": "9000", "fix": "set it", "configured_by": [NVIDIA]}
+    assert link_plan.finding_line(finding) == \
+        f"ERROR mtu enp1s0f0np0: MTU 1500; expected 9000; fix: set it [enp1s0f0np0: configured by {NVIDIA}]"
+    assert link_plan.finding_line({**finding, "configured_by": []}).endswith(
+        "[enp1s0f0np0: configured by no netplan file]")
+
+
+def test_cluster_findings_name_the_files_of_the_port():
+    mine = reports(mtu_b=1500)
+    mine["spark-a"]["interfaces"][0]["configured_by"] = [NVIDIA]
+    [found] = link_plan.cluster_findings(mine, "spark-a", 9000)
+    assert found["configured_by"] == [NVIDIA]
+    assert link_plan.finding_line(found).endswith(f"[enp1s0f1np1: configured by {NVIDIA}]")
+
+
+def test_link_existing_filter_at_its_boundary():
+    assert link_filters.link_existing(inputs(facts=member_facts({SYNC: sync_file(2)})))["files"] == [SYNC]
+    with pytest.raises(AnsibleFilterError, match="link_existing"):
+        link_filters.link_existing({"host": "x"})
