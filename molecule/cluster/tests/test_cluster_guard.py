@@ -3,7 +3,8 @@ sparkfleet-vllm-cluster-guard@vllm.service): a headless worker does not notice t
 watches the head's master port (torch's store, which the stand-in keeps open while it serves, as vLLM's head does)
 and, once the head has been unreachable for vllm_cluster_head_lost_s (30 s, the default), stops the worker and
 records why. The cluster is then down as one unit, the status says why, the boot unit leaves the worker stopped,
-and the next run serves again with both members. vllm_cluster_head_lost_s: 0 removes the guard.
+and the next run serves again with both members: after the head's vLLM killed, and after its box powered off (the
+head, back at boot, does not find its worker and gives up). vllm_cluster_head_lost_s: 0 removes the guard.
 
 Runs after test_cluster.py and test_cluster_fleet.py (file order), on the cluster they leave serving. The tests run
 in this order.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,7 +32,11 @@ BOOT = ("/usr/local/lib/sparkfleet/sparkfleet-vllm-cluster-boot start vllm /var/
 MASTER = f"{LINK[HEAD]}:29501"
 # The role's default bound, and the guard's look every 2 s.
 BOUND, INTERVAL = 30, 2
-REPORT = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "cluster-guard-status.json"
+EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp"))
+REPORT = EPHEMERAL / "cluster-guard-status.json"
+# How long each fault took to stop the worker, kept beside the scenario's state (pytest shows no output of a test
+# that passes).
+TIMINGS = EPHEMERAL / "cluster-guard-timings.json"
 
 
 def docker_time(text: str) -> float:
@@ -42,6 +48,30 @@ def docker_time(text: str) -> float:
 
 def guard_journal() -> str:
     return box(WORKER).check_output(f"journalctl -b -u {SERVICE} --no-pager -o cat")
+
+
+def keep_timing(fault: str, seconds: float) -> None:
+    print(f"{fault} -> worker stopped: {seconds:.1f} s (bound {BOUND} s, a look every {INTERVAL} s)")
+    found = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    TIMINGS.write_text(json.dumps({**found, fault: round(seconds, 2)}, indent=2) + "\n")
+
+
+def worker_stopped_after(end: float) -> tuple[float, dict]:
+    """Once the guard has stopped the worker: the seconds from `end` (the head's end) to the worker's, as Docker
+    recorded it (one clock: the boxes share the kernel), and the guard's record."""
+    assert eventually(lambda: not inspect(WORKER)["State"]["Running"], BOUND + 30), guard_journal()
+    state = inspect(WORKER)["State"]
+    # Stopped as `docker stop` stops it: not the power cut's 255, and Docker does not restart it.
+    assert state["ExitCode"] != 255 and not state["Restarting"]
+    record = json.loads(box(WORKER).file(RECORD).content_string)
+    assert (record["reason"], record["head"], record["head_lost_s"]) == ("head unreachable", MASTER, BOUND)
+    assert record["stopped_by"] == "sparkfleet-vllm-cluster-guard"
+    # The bound, the look after it, the look again before acting and the stop itself.
+    assert BOUND <= docker_time(record["stopped_at"]) - docker_time(record["unreachable_since"]) <= BOUND + 8
+    assert f"its cluster's head {MASTER} (the master port, torch.distributed's store) was unreachable since" \
+        in record["message"]
+    assert record["message"] in guard_journal()
+    return docker_time(state["FinishedAt"]) - end, record
 
 
 def test_the_worker_alone_watches_its_heads_master_port():
@@ -59,24 +89,14 @@ def test_the_worker_alone_watches_its_heads_master_port():
 
 def test_a_killed_head_stops_the_worker_within_the_bound_and_the_next_run_serves_again():
     worker = box(WORKER)
+    TIMINGS.unlink(missing_ok=True)
     before = started()
     box(HEAD).check_output(f"kill -9 {inspect(HEAD)['State']['Pid']}")
-    assert eventually(lambda: not inspect(WORKER)["State"]["Running"], BOUND + 30), guard_journal()
-    # From the head's end to the worker's, both as Docker recorded them (one clock: the boxes share the kernel).
-    head_end = docker_time(inspect(HEAD)["State"]["FinishedAt"])
-    state = inspect(WORKER)["State"]
-    taken = docker_time(state["FinishedAt"]) - head_end
-    print(f"head killed -> worker stopped: {taken:.1f} s (bound {BOUND} s, a look every {INTERVAL} s)")
+    taken, record = worker_stopped_after(docker_time(inspect(HEAD)["State"]["FinishedAt"]))
+    keep_timing("head's vLLM killed", taken)
     assert BOUND <= taken <= BOUND + 2 * INTERVAL + 5, taken
-    # Stopped as `docker stop` stops it: not the power cut's 255, and Docker does not restart it.
-    assert state["ExitCode"] != 255 and not state["Restarting"]
-    record = json.loads(worker.file(RECORD).content_string)
-    assert (record["reason"], record["head"], record["error"]) == ("head unreachable", MASTER, "connection refused")
-    assert record["stopped_by"] == "sparkfleet-vllm-cluster-guard" and record["head_lost_s"] == BOUND
-    assert BOUND <= docker_time(record["stopped_at"]) - docker_time(record["unreachable_since"]) <= BOUND + INTERVAL
-    assert f"its cluster's head {MASTER} (the master port, torch.distributed's store) was unreachable since" \
-        in record["message"]
-    assert record["message"] in guard_journal()
+    # The head's box is up: its kernel refuses the connection.
+    assert record["error"] == "connection refused"
     # The boot unit leaves it stopped, as one stopped by hand, and says why.
     boot = worker.check_output(BOOT)
     assert "vllm was stopped by the cluster guard, its head gone: left stopped" in boot
@@ -96,6 +116,31 @@ def test_a_killed_head_stops_the_worker_within_the_bound_and_the_next_run_serves
     test_cluster.assert_started_anew(before)
     assert eventually(lambda: not worker.file(RECORD).exists, 10), "the guard's record stayed"
     assert "vllm: runs again" in guard_journal()
+
+
+def test_a_head_box_powered_off_stops_the_worker_and_the_cluster_stays_down_until_the_next_run():
+    """The head's box loses its power: nothing answers on the link any more. When the box boots again its boot unit
+    starts the head (Docker marked it killed), which waits for the stopped worker until its rendezvous timeout and
+    fails: the cluster stays down as one unit, with the reasons on the boxes, until the next run."""
+    worker = box(WORKER)
+    before = started()
+    subprocess.run(["docker", "kill", HEAD], check=True, capture_output=True)
+    off = docker_time(json.loads(subprocess.check_output(["docker", "inspect", HEAD]))[0]["State"]["FinishedAt"])
+    taken, record = worker_stopped_after(off)
+    keep_timing("head's box powered off", taken)
+    assert BOUND <= taken <= BOUND + 2 * INTERVAL + 5, taken
+    assert record["error"] != "connection refused"
+    subprocess.run(["docker", "start", HEAD], check=True, capture_output=True)
+
+    def head_gave_up() -> bool:
+        state = inspect(HEAD)["State"]
+        return state["StartedAt"] > before[HEAD] and state["Status"] == "exited"
+    assert eventually(head_gave_up, 240, interval=2), inspect(HEAD)["State"]
+    assert "1/2 clients joined" in box(HEAD).check_output("docker logs vllm 2>&1")
+    assert not inspect(WORKER)["State"]["Running"] and worker.file(RECORD).exists
+    test_cluster.converge_again()
+    test_cluster.assert_started_anew(before)
+    assert eventually(lambda: not worker.file(RECORD).exists, 10), "the guard's record stayed"
 
 
 def test_no_bound_removes_the_guard_and_the_default_puts_it_back_without_touching_the_cluster():
