@@ -37,9 +37,9 @@ REPORT = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "cluster
 
 def docker_time(text: str) -> float:
     """Docker's RFC 3339 with nanoseconds (State.StartedAt, FinishedAt) as epoch seconds."""
-    whole, _, fraction = text.rstrip("Z").partition(".")
+    whole, fraction = [*text.rstrip("Z").split(".", 1), "0"][:2]
     base = datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-    return base + float(f"0.{fraction or 0}")
+    return base + float(f"0.{fraction}")
 
 
 def guard_journal() -> str:
