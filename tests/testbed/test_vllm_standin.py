@@ -511,6 +511,194 @@ def test_completions(server: Server):
     assert body["choices"][0]["finish_reason"] == "length"
 
 
+# --- /v1/chat/completions/render, /v1/completions/render, /v1/chat/completions/batch ---------------
+# vLLM 0.19.1 serves them to a text-generation model (vllm/entrypoints/serve/render/api_router.py:25-71,
+# vllm/entrypoints/openai/chat_completion/api_router.py:77-102). The texts expected below are what vLLM's
+# own routes, request classes and handlers answered under FastAPI 0.135.2 and pydantic 2.12.
+
+SITE = "/usr/local/lib/python3.12/dist-packages/"
+# GenerateRequest's fields, in order (vllm/entrypoints/serve/disagg/protocol.py:55-108).
+GENERATE_REQUEST_KEYS = ["request_id", "token_ids", "features", "sampling_params", "model", "stream", "stream_options",
+                         "cache_salt", "priority", "kv_transfer_params"]
+
+
+def post_raw(server: Server, path: str, data: bytes, content_type: str | None = "application/json",
+             key: str | None = KEY) -> tuple[int, object]:
+    """(status, JSON body) of a POST whose body and content type are given as they are."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    if content_type:
+        headers["content-type"] = content_type
+    conn.request("POST", path, data, headers)
+    response = conn.getresponse()
+    status, text = response.status, response.read().decode()
+    conn.close()
+    return status, json.loads(text)
+
+
+def post(server: Server, path: str, body: object) -> tuple[int, object]:
+    return post_raw(server, path, json.dumps(body).encode())
+
+
+def successes(server: Server) -> float:
+    """Requests the engine finished (vllm:request_success_total)."""
+    return sum(float(v) for v in re.findall(r"^vllm:request_success_total\{[^}]*\} (\S+)$",
+                                            server.request("/metrics", key=None)[1], re.M))
+
+
+def test_chat_completions_render_gives_the_engine_request_and_generates_nothing(server: Server):
+    before = successes(server)
+    status, body = post(server, "/v1/chat/completions/render", {
+        "model": SERVED, "messages": [{"role": "user", "content": "t5 t6 hello"}], "temperature": 0.5, "max_tokens": 8})
+    assert status == 200
+    assert list(body) == GENERATE_REQUEST_KEYS
+    assert re.fullmatch(r"chatcmpl-[0-9a-f]{16}", body["request_id"])
+    # The stand-in's tokenizer: one word one token, t<i> is token i.
+    assert body["token_ids"][:2] == [5, 6] and len(body["token_ids"]) == 3
+    # SamplingParams as msgspec serializes it: the floats the request class passes on are kept even at their
+    # defaults, ints and bools at theirs are left out (vllm/sampling_params.py:156-162).
+    assert body["sampling_params"] == {
+        "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "temperature": 0.5, "top_p": 1.0,
+        "min_p": 0.0, "stop": [], "stop_token_ids": [], "max_tokens": 8, "output_kind": 2, "skip_clone": True,
+        "bad_words": [], "skip_reading_prefix_cache": False}
+    assert {k: body[k] for k in GENERATE_REQUEST_KEYS[4:]} == {
+        "model": SERVED, "stream": False, "stream_options": None, "cache_salt": None, "priority": 0,
+        "kv_transfer_params": None}
+    assert successes(server) == before
+
+
+def test_completions_render_gives_one_engine_request_per_prompt(server: Server):
+    status, body = post(server, "/v1/completions/render", {"model": SERVED, "prompt": [[7, 8, 9], [1]]})
+    assert status == 200
+    assert [item["token_ids"] for item in body] == [[7, 8, 9], [1]]
+    assert all(re.fullmatch(r"cmpl-[0-9a-f]{16}", item["request_id"]) for item in body)
+    # max_tokens 16, CompletionRequest's default and SamplingParams' own: left out.
+    assert body[0]["sampling_params"] == {
+        "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "temperature": 1.0, "top_p": 1.0,
+        "min_p": 0.0, "stop": [], "stop_token_ids": [], "output_kind": 2, "skip_clone": True, "bad_words": [],
+        "skip_reading_prefix_cache": False}
+
+
+def test_batch_chat_completions_answer_one_choice_per_conversation(server: Server):
+    before = successes(server)
+    conversations = [[{"role": "user", "content": "first conversation"}],
+                     [{"role": "system", "content": "be brief"}, {"role": "user", "content": "second one here"}]]
+    status, body = post(server, "/v1/chat/completions/batch", {"model": SERVED, "messages": conversations})
+    assert status == 200
+    assert list(body) == ["id", "object", "created", "model", "choices", "service_tier", "system_fingerprint", "usage",
+                          "prompt_logprobs", "prompt_token_ids", "kv_transfer_params"]
+    assert body["object"] == "chat.completion" and body["model"] == SERVED
+    assert [choice["index"] for choice in body["choices"]] == [0, 1]
+    first, second = (choice["message"] for choice in body["choices"])
+    assert first["content"].endswith("first conversation") and second["content"].endswith("second one here")
+    assert first["role"] == "assistant" and first["reasoning"]  # the server runs a reasoning parser
+    assert body["usage"]["prompt_tokens"] == 2 + 5
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+    assert successes(server) == before + 2  # one engine request per conversation
+
+
+def test_render_refuses_a_request_without_messages_as_vllm_does(server: Server):
+    """FastAPI's RequestValidationError, worded by vLLM's validation_exception_handler
+    (vllm/entrypoints/openai/server_utils.py:403-437): the error list, the route's place, the list again."""
+    status, body = post(server, "/v1/chat/completions/render", {"model": SERVED})
+    error = ("{'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field required', "
+             "'input': {'model': 'qwen3.5-35b'}}")
+    assert status == 400
+    assert body == {"error": {
+        "message": f"1 validation error:\n  {error}\n\n  File \"{SITE}vllm/entrypoints/serve/render/api_router.py\", "
+                   f"line 25, in render_chat_completion\n    POST /v1/chat/completions/render [{error}]",
+        "type": "Bad Request", "param": None, "code": 400}}
+
+
+REFUSALS = [
+    # (path, body, status, type, param, the message's start)
+    ("/v1/chat/completions/batch", {"model": SERVED, "messages": [[{"role": "user", "content": "x"}]], "n": 2},
+     400, "Bad Request", None,
+     "1 validation error:\n  {'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, Batch chat completions do "
+     "not support `n > 1`. Please set `n` to 1.', 'input': {'model': 'qwen3.5-35b', 'messages': [[{'role': 'user', "
+     "'content': 'x'}]], 'n': 2}, 'ctx': {'error': ValueError('Batch chat completions do not support `n > 1`. Please "
+     "set `n` to 1.')}}\n\n  File \"" + SITE + "vllm/entrypoints/utils.py\", line 77, in create_batch_chat_completion"),
+    ("/v1/chat/completions/batch", {"model": SERVED, "messages": []}, 400, "Bad Request", None,
+     "1 validation error:\n  {'type': 'too_short', 'loc': ('body', 'messages'), 'msg': 'List should have at least 1 "
+     "item after validation, not 0', 'input': [], 'ctx': {'field_type': 'List', 'min_length': 1, 'actual_length': 0}}"),
+    ("/v1/completions/render", {"model": SERVED, "max_tokens": 4}, 400, "Bad Request", None,
+     "1 validation error:\n  {'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, Either prompt or "
+     "prompt_embeds must be provided and non-empty.', 'input': {'model': 'qwen3.5-35b', 'max_tokens': 4}, 'ctx': "
+     "{'error': ValueError('Either prompt or prompt_embeds must be provided and non-empty.')}}\n\n  File \"" + SITE
+     + "vllm/entrypoints/serve/render/api_router.py\", line 51, in render_completion"),
+    ("/v1/chat/completions/render", {"model": SERVED, "messages": [{"role": "user", "content": "x"}],
+                                     "stream_options": {"include_usage": True}}, 400, "Bad Request", "stream_options",
+     "1 validation error:\n  {'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, Stream options can only be "
+     "defined when `stream=True`. (parameter=stream_options)'"),
+    ("/v1/chat/completions/render", {"model": SERVED, "messages": [{"role": "user", "content": "x"}],
+                                     "temperature": "hot"}, 400, "Bad Request", None,
+     "1 validation error:\n  {'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid "
+     "number, unable to parse string as a number', 'input': 'hot'}"),
+    ("/v1/chat/completions/render", {"model": SERVED, "messages": [{"role": "user", "content": "x"}],
+                                     "temperature": -1}, 400, "BadRequestError", "temperature",
+     "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)"),
+    ("/v1/chat/completions/render", {"model": SERVED, "messages": [{"role": "user", "content": "x"}],
+                                     "use_beam_search": True}, 400, "BadRequestError", None,
+     "Beam search is not supported by the render endpoint"),
+    ("/v1/completions/render", {"model": SERVED, "prompt": "x", "suffix": "y"}, 400, "BadRequestError", None,
+     "suffix is not currently supported"),
+    ("/v1/completions/render", {"model": SERVED, "prompt": "x", "max_tokens": 20000}, 400, "BadRequestError",
+     "max_tokens", "max_tokens=20000cannot be greater than max_model_len=max_total_tokens=16384. Please request fewer "
+     "output tokens. (parameter=max_tokens, value=20000)"),
+    ("/v1/chat/completions/batch", {"model": SERVED, "messages": [[{"role": "user", "content": "x"}]],
+                                    "continue_final_message": True}, 400, "BadRequestError", None,
+     "1 validation error for ChatCompletionRequest\n  Value error, Cannot set both `continue_final_message` and "
+     "`add_generation_prompt` to True. [type=value_error, "),
+    ("/v1/chat/completions/render", {"model": "Qwen/Qwen3.5-35B-A3B-FP8",
+                                     "messages": [{"role": "user", "content": "x"}]},
+     404, "NotFoundError", "model", "The model `Qwen/Qwen3.5-35B-A3B-FP8` does not exist."),
+    ("/v1/chat/completions/batch", {"model": "other", "messages": [[{"role": "user", "content": "x"}]]},
+     404, "NotFoundError", "model", "The model `other` does not exist."),
+    ("/v1/chat/completions/render", [1, 2], 500, "InternalServerError", None, "'list' object has no attribute 'get'"),
+]
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=[f"{r[0]} {r[5][:40]}" for r in REFUSALS])
+def test_render_and_batch_refuse_what_vllm_refuses(server: Server, case: tuple):
+    path, body, status, kind, param, message = case
+    answer_status, answer = post(server, path, body)
+    assert answer_status == status
+    assert set(answer) == {"error"} and answer["error"]["code"] == status
+    assert (answer["error"]["type"], answer["error"]["param"]) == (kind, param)
+    assert answer["error"]["message"].startswith(message), answer["error"]["message"]
+
+
+def test_render_and_batch_take_json_only_and_need_the_key(server: Server):
+    """vLLM's validate_json_request dependency (vllm/entrypoints/openai/utils.py:43-49), FastAPI's JSON
+    decoding, and the API key on every /v1 path."""
+    body = json.dumps({"model": SERVED, "prompt": "x"}).encode()
+    status, answer = post_raw(server, "/v1/completions/render", body, content_type="text/plain")
+    error = "Unsupported Media Type: Only 'application/json' is allowed"
+    assert (status, answer["error"]["message"]) == (400, f'1 validation error:\n  {error} ["{error}"]')
+    status, answer = post_raw(server, "/v1/chat/completions/batch", b"{bad")
+    assert status == 400 and answer["error"]["message"].startswith(
+        "1 validation error:\n  {'type': 'json_invalid', 'loc': ('body', 1), 'msg': 'JSON decode error', 'input': {}, "
+        "'ctx': {'error': 'Expecting property name enclosed in double quotes'}}")
+    for path in ("/v1/chat/completions/render", "/v1/completions/render", "/v1/chat/completions/batch"):
+        assert post_raw(server, path, body, key=None) == (401, {"error": "Unauthorized"})
+
+
+def test_render_takes_the_models_generation_config(tmp_path: Path):
+    """The model's generation_config.json sets the defaults (ModelConfig.get_diff_sampling_param,
+    vllm/config/model.py:1391-1444), unless --generation-config vllm."""
+    model = make_model(tmp_path)
+    (model / "generation_config.json").write_text(json.dumps({"do_sample": True, "temperature": 0.7, "top_p": 0.8}))
+    for extra, expected in (([], (0.7, 0.8)), (["--generation-config", "vllm"], (1.0, 1.0))):
+        srv = Server(model, ["--api-key", KEY, *extra], {})
+        try:
+            srv.wait()
+            status, body = post(srv, "/v1/completions/render", {"prompt": "x"})
+            assert status == 200
+            assert (body[0]["sampling_params"]["temperature"], body[0]["sampling_params"]["top_p"]) == expected
+        finally:
+            srv.stop()
+
+
 def test_not_listening_while_loading(model: Path):
     srv = Server(model, [], {"VLLM_STANDIN_STARTUP_SECONDS": "3"})
     try:
