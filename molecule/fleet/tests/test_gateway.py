@@ -17,6 +17,9 @@ from test_fleet import BOXES, GATEWAY, GATEWAY_CA, GATEWAY_KEY, KEY, SITE, box, 
 GATEWAY_PLAYBOOK = SITE.parent / "playbooks" / "gateway.yml"
 
 ROUTER_METRICS = "http://127.0.0.1:29000/metrics"
+# What vLLM's render routes answer: GenerateRequest's fields (vllm/entrypoints/serve/disagg/protocol.py:55-108, 0.19.1).
+GENERATE_REQUEST_KEYS = ["request_id", "token_ids", "features", "sampling_params", "model", "stream", "stream_options",
+                         "cache_salt", "priority", "kv_transfer_params"]
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +108,26 @@ def test_every_path_the_boxes_serve_under_v1_passes_with_the_key(client):
     status, text = post(client, "/v1/messages", {"model": "qwen3.5-35b", "max_tokens": 16,
                                                  "messages": [{"role": "user", "content": "through the gateway"}]})
     assert status == 200 and json.loads(text)["type"] == "message", text
+    # vLLM 0.19.1's render routes (vllm/entrypoints/serve/render/api_router.py) and batched chat completions
+    # (vllm/entrypoints/openai/chat_completion/api_router.py:77-102): under /v1/ but none of the router's
+    # typed routes, so nginx passes them to the boxes.
+    message = [{"role": "user", "content": "through the gateway"}]
+    status, text = post(client, "/v1/chat/completions/render", {"model": "qwen3.5-35b", "messages": message})
+    rendered = json.loads(text)
+    assert status == 200 and list(rendered) == GENERATE_REQUEST_KEYS, text
+    assert rendered["request_id"].startswith("chatcmpl-") and len(rendered["token_ids"]) == 3, text
+    prompts = {"model": "qwen3.5-35b", "prompt": ["through the gateway", "again"]}
+    status, text = post(client, "/v1/completions/render", prompts)
+    rendered = json.loads(text)
+    assert status == 200 and [list(item) for item in rendered] == [GENERATE_REQUEST_KEYS] * 2, text
+    assert [len(item["token_ids"]) for item in rendered] == [3, 1], text
+    assert all(item["request_id"].startswith("cmpl-") for item in rendered), text
+    status, text = post(client, "/v1/chat/completions/batch", {"model": "qwen3.5-35b", "max_tokens": 8,
+                                                               "messages": [message, message]})
+    batch = json.loads(text)
+    assert status == 200 and batch["object"] == "chat.completion", text
+    assert [choice["index"] for choice in batch["choices"]] == [0, 1], text
+    assert all(choice["message"]["content"] for choice in batch["choices"]), text
     # What vLLM serves elsewhere (/tokenize, not under /v1/) or only for other models (speech, pooling): the
     # box's own 404, not its 401 (the key reached it), a multipart body too.
     for path, form in (("/v1/tokenize", ""), ("/v1/embeddings", ""),
