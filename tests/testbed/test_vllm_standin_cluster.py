@@ -145,7 +145,7 @@ def test_the_heads_master_port_stays_open_while_it_serves_and_closes_with_it(mod
     worker = Node(cluster_argv(model, 1, master))
     try:
         head.wait_healthy()
-        for _ in range(3):
+        for _attempt in range(3):
             assert _connects(master)
         status, body = head.post("/v1/completions", {"model": SERVED, "prompt": "two sparks", "max_tokens": 4})
         assert status == 200 and body["choices"][0]["text"]
