@@ -129,9 +129,13 @@ def test_a_head_box_powered_off_stops_the_worker_and_the_cluster_stays_down_unti
     subprocess.run(["docker", "start", HEAD], check=True, capture_output=True)
 
     def head_gave_up() -> bool:
-        state = inspect(HEAD)["State"]
+        # The box boots first: its Docker engine does not answer until docker.service is up.
+        found = box(HEAD).run("docker inspect vllm")
+        if found.rc != 0:
+            return False
+        state = json.loads(found.stdout)[0]["State"]
         return state["StartedAt"] > before[HEAD] and state["Status"] == "exited"
-    assert eventually(head_gave_up, 240, interval=2), inspect(HEAD)["State"]
+    assert eventually(head_gave_up, 240, interval=2), box(HEAD).run("docker inspect vllm").stdout[-2000:]
     assert "1/2 clients joined" in box(HEAD).check_output("docker logs vllm 2>&1")
     assert not inspect(WORKER)["State"]["Running"] and worker.file(RECORD).exists
     test_cluster.converge_again()
