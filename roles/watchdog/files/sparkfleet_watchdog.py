@@ -561,8 +561,8 @@ class Watchdog:
             self.log("docker_available", socket=self.cfg.docker_socket)
         self.docker_ok = True
 
-    def inspect(self, w: Watched, now: float) -> bool:
-        """Asks Docker about the container and waits for the answer; False if Docker did not answer. Only for the
+    def inspect(self, w: Watched, now: float) -> None:
+        """Asks Docker about the container and waits for the answer. Only for the
         first inspection of a container (the watchdog knows nothing yet, so nothing to act on is delayed):
         afterwards start_inspection and collect_inspection keep Docker off the loop's path."""
         w.inspect_sent = now
@@ -570,9 +570,8 @@ class Watchdog:
             found = self.docker.inspect(w.cfg.name)
         except DockerError as exc:
             self._docker_failed(f"inspect {w.cfg.name}", exc)
-            return False
+            return
         self.apply_inspection(w, found, now)
-        return True
 
     def start_inspection(self, w: Watched, now: float) -> None:
         """Sends an inspection whose answer a later step collects. A Docker Engine that takes 300 ms to answer
