@@ -103,6 +103,28 @@ def vllm_diagnose(log: object, exit_code: object = None) -> list[dict]:
     return diagnose(log_lines(log), exit_code)
 
 
+def vllm_recipe(name: object) -> dict:
+    """A recipe's name (roles/vllm/recipes/<name>.yml) or the path of a recipe file -> the recipe, checked."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_recipe import RecipeError, load
+
+    try:
+        return load(str(name))
+    except RecipeError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def vllm_recipe_for_box(recipe: object, mem_total_bytes: object) -> dict:
+    """A recipe -> its settings sized to a box of mem_total_bytes of memory."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_recipe import RecipeError, for_box
+
+    if not isinstance(recipe, dict):
+        raise AnsibleFilterError(f"vllm_recipe_for_box expects a recipe (dict), got {type(recipe).__name__}")
+    try:
+        return for_box(recipe, mem_total_bytes)  # type: ignore[arg-type]
+    except (RecipeError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_recipe_for_box: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -110,4 +132,6 @@ class FilterModule:
             "vllm_diagnose": vllm_diagnose,
             "vllm_image_ref": vllm_image_ref,
             "vllm_container_differences": vllm_container_differences,
+            "vllm_recipe": vllm_recipe,
+            "vllm_recipe_for_box": vllm_recipe_for_box,
         }

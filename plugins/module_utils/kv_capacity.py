@@ -81,7 +81,9 @@ def capacity(settings: dict, facts: dict, plan: dict) -> dict:
             "source": "unknown: no " + ", no ".join(missing),
         }
     per_token = layers * per_layer
-    budget = util * memory - weights - plan["thresholds"]["activation_reserve_bytes"]
+    # A draft model (speculative decoding) sits in the same share as the main weights.
+    draft = int(settings.get("draft_weights_bytes") or 0)
+    budget = util * memory - weights - draft - plan["thresholds"]["activation_reserve_bytes"]
     hybrid_note = "; hybrid model: vLLM's recurrent-state pages make the real figure lower" if plan["hybrid"] else ""
     return {
         "tokens": max(0, int(budget // per_token)),
@@ -90,6 +92,7 @@ def capacity(settings: dict, facts: dict, plan: dict) -> dict:
         "source": f"estimate from config.json ({layers} attention layers x {per_layer} bytes per token{hybrid_note})",
         "bytes_per_token": per_token,
         "memory_bytes": memory,
+        "draft_bytes": draft,
     }
 
 
@@ -101,7 +104,8 @@ def utilization_for(tokens: int, cap: dict, plan: dict) -> float | None:
             if interpolate(cap["points"], util) >= tokens:
                 return util
         elif cap.get("bytes_per_token"):
-            budget = util * cap["memory_bytes"] - plan["weights_bytes"] - plan["thresholds"]["activation_reserve_bytes"]
+            budget = (util * cap["memory_bytes"] - plan["weights_bytes"] - cap.get("draft_bytes", 0)
+                      - plan["thresholds"]["activation_reserve_bytes"])
             if budget / cap["bytes_per_token"] >= tokens:
                 return util
     return None

@@ -108,7 +108,8 @@ def precision_of(settings: dict, config: dict, known: dict | None) -> str:
     """The checkpoint's weight precision: nvfp4, fp4, int4, fp8, int8, bf16, fp16 or fp32.
 
     From the quantization option, the config's quantization_config and the model's name
-    (community checkpoints say it there: ...-FP8, ...-NVFP4, ...-AWQ), then the dtype.
+    (community checkpoints say it there: ...-FP8, ...-NVFP4, ...-AWQ), what a recipe says of its
+    checkpoint (checkpoint_quantization, before config.json is on the box), then the dtype.
     """
     qconf = config.get("quantization_config") or {}
     text = " ".join(
@@ -118,6 +119,7 @@ def precision_of(settings: dict, config: dict, known: dict | None) -> str:
             str(qconf.get("quant_algo") or "").lower(),
             model_key(settings.get("model")),
             model_key(settings.get("model_path")),
+            str(settings.get("checkpoint_quantization") or "").lower(),
         ]
     )
     for pattern, precision in QUANT_PATTERNS:

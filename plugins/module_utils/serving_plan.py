@@ -89,8 +89,12 @@ DEFAULT_THRESHOLDS = {
     # Docker's default /dev/shm is 64 MB, which breaks vLLM's inter-process queues.
     "min_shm_bytes": 2 * GIB,
     "recommended_shm_bytes": 16 * GIB,
-    # Activations, CUDA context and allocator slack kept out of the KV estimate.
+    # Activations, CUDA context and allocator slack kept out of the KV estimate (a recipe gives its own).
     "activation_reserve_bytes": 4 * GIB,
+    # The memory watchdog's steady threshold (percent of MemTotal; None: no watchdog to respect) and
+    # what the OS, the Docker engine and the box's agents keep besides vLLM's share.
+    "watchdog_steady_percent": None,
+    "os_reserve_bytes": 6 * GIB,
 }
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -146,7 +150,9 @@ def rule_weights_fit(settings: dict, facts: dict, plan: dict) -> list[dict]:
     if facts.get("unified_memory") and memory:
         left = memory - weights
         need = plan["thresholds"]["min_free_after_weights_bytes"]
-        if memory_shortfall(memory, weights, need):
+        # Measured with BF16 weights; a quantised checkpoint's activations are smaller, and the box's
+        # budget (rule_box_budget) sizes it: gpt-oss-120b's ~61 GiB of MXFP4 serve on a 128 GB Spark.
+        if (sixteen_bit or not settings.get("box_size")) and memory_shortfall(memory, weights, need):
             what = f"{precision.upper()} weights" if sixteen_bit else "weights"
             return [
                 finding(
@@ -473,8 +479,58 @@ def rule_served_model_name(settings: dict, facts: dict, plan: dict) -> list[dict
     ]
 
 
+def _budget(settings: dict, facts: dict, plan: dict) -> dict:
+    """vLLM's share of the box and what it holds: weights (and the draft's), activations, KV cache."""
+    total = facts["mem_total_bytes"]
+    share = plan["utilization"] * total
+    draft = int(settings.get("draft_weights_bytes") or 0)
+    activations = plan["thresholds"]["activation_reserve_bytes"]
+    percent = plan["thresholds"].get("watchdog_steady_percent")
+    return {
+        "total": total, "share": share, "weights": plan["weights_bytes"] or 0, "draft": draft,
+        "activations": activations, "kv": share - (plan["weights_bytes"] or 0) - draft - activations,
+        "left": total - share, "watchdog": percent * total / 100 if percent else None, "percent": percent,
+        "os": plan["thresholds"]["os_reserve_bytes"],
+    }
+
+
+def budget_table(budget: dict, settings: dict) -> str:
+    """The figures of the box's memory, one line for the error and the report."""
+    draft = f" + draft {gib(budget['draft'])}" if budget["draft"] else ""
+    watchdog = (f"; the watchdog stops vLLM above {budget['percent']:g} % ({gib(budget['watchdog'])} used)"
+                if budget["watchdog"] else "")
+    return (f"{settings.get('box_size') or '?'} GB box, MemTotal {gib(budget['total'])}: vLLM's share "
+            f"{gib(budget['share'])} = weights {gib(budget['weights'])}{draft} + activations "
+            f"{gib(budget['activations'])} + KV cache {gib(budget['kv'])}; left besides vLLM {gib(budget['left'])} "
+            f"(the OS and the engine need about {gib(budget['os'])}){watchdog}")
+
+
+def rule_box_budget(settings: dict, facts: dict, plan: dict) -> list[dict]:
+    """A recipe sized to the box: its KV cache is positive, vLLM's share plus the OS stays below the
+    watchdog's steady threshold, and the recipe was sized for this box size at all."""
+    if not (facts.get("unified_memory") and facts.get("mem_total_bytes") and plan["weights_bytes"]):
+        return []
+    budget = _budget(settings, facts, plan)
+    table = budget_table(budget, settings)
+    recipe = settings.get("recipe") or "these settings"
+    problems = []
+    if settings.get("box_size") and settings.get("sized_for_box") is False:
+        sizes = " and ".join(f"{size} GB" for size in settings.get("box_sizes") or [])
+        problems.append(f"recipe {recipe} is sized for {sizes} boxes, not this {settings['box_size']} GB one")
+    if budget["kv"] <= 0:
+        problems.append("nothing is left for the KV cache")
+    if budget["watchdog"] and budget["share"] + budget["os"] > budget["watchdog"]:
+        problems.append("vLLM's share and the OS pass the watchdog's steady threshold, which would stop it")
+    if not problems:
+        return [finding("info", "box_budget", table)]
+    return [finding("error", "box_budget",
+                    f"{'; '.join(problems)}: {table}. Pick a recipe sized for this box (roles/vllm/recipes/), "
+                    "a smaller checkpoint, or a lower vllm_gpu_memory_utilization / vllm_max_model_len.")]
+
+
 RULES = (
     rule_weights_fit,
+    rule_box_budget,
     rule_enforce_eager,
     rule_mamba_align_block_size,
     rule_nvfp4_gb10,
@@ -514,6 +570,9 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
     if weights and shards > 1:
         weights, weights_source = -(-weights // shards), f"{weights_source}, 1/{shards} per GPU"
     utilization = settings.get("gpu_memory_utilization")
+    thresholds = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
+    if settings.get("activations_bytes"):
+        thresholds["activation_reserve_bytes"] = int(settings["activations_bytes"])
     plan = {
         "known": known,
         "config": config,
@@ -526,7 +585,7 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
         # `or 0.9` would read an explicit 0 as vLLM's default; only an unset value is the default.
         "utilization": float(DEFAULT_UTILIZATION if utilization is None else utilization),
         "weights_bytes": weights,
-        "thresholds": {**DEFAULT_THRESHOLDS, **(thresholds or {})},
+        "thresholds": thresholds,
     }
     plan["capacity"] = capacity(settings, facts, plan)
     findings = [item for rule in RULES for item in rule(settings, facts, plan)]
@@ -534,6 +593,7 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
     return {
         "errors": [f["message"] for f in findings if f["severity"] == "error"],
         "warnings": [f["message"] for f in findings if f["severity"] == "warning"],
+        "budget": next((f["message"] for f in findings if f["rule"] == "box_budget"), None),
         "findings": findings,
         "kv_capacity_tokens": cap.get("tokens"),
         "estimate": cap.get("estimate", True),

@@ -126,9 +126,26 @@ options:
       - Where MemTotal is read when neither O(mem_total_bytes) nor O(gpu_facts) gives it.
     type: path
     default: /proc/meminfo
+  recipe:
+    description:
+      - The vllm role's recipe sized to this box (C(sparkfleet.serving.vllm_recipe_for_box)), for the box's memory
+        budget - C(recipe) (its name), C(box_size) (128 or 64, GB), C(box_sizes) (the sizes it is sized for),
+        C(sized_for_box), C(draft_weights_bytes) (a speculative draft model's weights, in the same share as the
+        main weights), C(activations_bytes) (its activations and CUDA graphs, kept out of the KV cache) and
+        C(checkpoint_quantization) (what the recipe says its checkpoint is, until config.json is on the box).
+      - With it, the plan refuses a recipe not sized for this box size, one that leaves nothing for the KV cache,
+        and one whose share passes O(watchdog_steady_percent), printing the figures. Quantised weights are then
+        sized by this budget rather than O(min_free_after_weights_bytes), which was measured with BF16 weights.
+    type: dict
+  watchdog_steady_percent:
+    description:
+      - The memory watchdog's steady threshold (percent of MemTotal) - vLLM's share plus what the OS keeps must
+        stay below it, or the watchdog would stop the container. Not checked when not given.
+    type: float
   min_free_after_weights_bytes:
     description:
-      - Unified memory that must remain after the weights are loaded.
+      - Unified memory that must remain after the weights are loaded (BF16 or FP16 weights, or any weights
+        without O(recipe)).
     type: int
     default: 68719476736
   warn_utilization:
@@ -214,8 +231,15 @@ warnings_found:
   type: list
   elements: str
   sample: ["gpu_memory_utilization 0.9 is above 0.85 on unified memory: ..."]
+budget:
+  description:
+    - The box's memory with the figures of the plan - vLLM's share, the weights (and a draft model's), the
+      activations, the KV cache, what is left besides vLLM, the watchdog's threshold. Null without weights or memory.
+  returned: always
+  type: str
+  sample: "128 GB box, MemTotal 121.7 GiB: vLLM's share 91.3 GiB = weights 34.2 GiB + activations 4.0 GiB + ..."
 findings:
-  description: Every error and warning with its rule id and severity.
+  description: Every error, warning and figure (severity info) with its rule id and severity.
   returned: always
   type: list
   elements: dict
@@ -421,6 +445,23 @@ def with_settings(params: dict, spec: dict) -> dict:
     return merged
 
 
+# The keys of the recipe option (the vllm role's recipe sized to the box, sparkfleet.serving.vllm_recipe_for_box).
+RECIPE_KEYS = ("recipe", "box_size", "box_sizes", "sized_for_box", "draft_weights_bytes", "activations_bytes",
+               "checkpoint_quantization")
+
+
+def recipe_budget(recipe: dict | None) -> dict:
+    """The recipe's figures the box budget reads; an unknown key is a mistake, not ignored."""
+    if not recipe:
+        return {}
+    unknown = sorted(set(recipe) - set(RECIPE_KEYS))
+    if unknown:
+        raise InputError(f"recipe: unknown key(s) {', '.join(unknown)}; expected among {', '.join(RECIPE_KEYS)}")
+    for key in ("draft_weights_bytes", "activations_bytes", "box_size"):
+        check_range(recipe.get(key), f"recipe.{key}", low=0)
+    return {key: recipe.get(key) for key in RECIPE_KEYS}
+
+
 def plan(module: AnsibleModule) -> tuple[dict, dict]:
     params = with_settings(module.params, module.argument_spec)
     thresholds = check_options(params)
@@ -429,6 +470,9 @@ def plan(module: AnsibleModule) -> tuple[dict, dict]:
     settings = with_extra_args(settings, (params.get("settings") or {}).get("extra_args"))
     settings["max_model_len"] = vllm_length(params["max_model_len"], "max_model_len")
     settings["model_config"], settings["weights_on_disk_bytes"] = read_model_dir(params["model_path"])
+    settings.update(recipe_budget(params.get("recipe")))
+    if params["watchdog_steady_percent"] is not None:
+        thresholds["watchdog_steady_percent"] = params["watchdog_steady_percent"]
     facts = box_facts(module)
     return check_plan(settings, facts, thresholds), facts
 
@@ -464,6 +508,8 @@ def main() -> None:
             "report_warnings": {"type": "bool", "default": True},
             "fail_on_error": {"type": "bool", "default": True},
             "settings": {"type": "dict"},
+            "recipe": {"type": "dict"},
+            "watchdog_steady_percent": {"type": "float"},
         },
         mutually_exclusive=[["settings", name] for name in FROM_SETTINGS],
         supports_check_mode=True,

@@ -29,6 +29,8 @@ _VALUED = (
     ("max_num_seqs", "--max-num-seqs"),
     ("max_num_batched_tokens", "--max-num-batched-tokens"),
     ("kv_cache_dtype", "--kv-cache-dtype"),
+    # JSON (vLLM's SpeculativeConfig); last, so that a deployment without one keeps its earlier argv.
+    ("speculative_config", "--speculative-config"),
 )
 # (setting, flag) for on/off switches; emitted only when true (vLLM's defaults are off).
 _SWITCHES = (("enforce_eager", "--enforce-eager"),)

@@ -66,12 +66,25 @@ def _same_devices(found: object, gpus_all: bool) -> bool:
     return True
 
 
-def _same_mounts(found: object, source: str, target: str) -> bool:
-    if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict):
+# Where the draft model of speculative decoding is mounted (plugins/plugin_utils/vllm_recipe.py, DRAFT_MODEL_PATH).
+DRAFT_MOUNT_TARGET = "/draft"
+
+
+def wanted_mounts(spec: dict) -> list[tuple[str, str]]:
+    """(source, target) of the container's read-only bind mounts: the weights, and the draft model's when the
+    deployment has one (its record's model.draft_dir)."""
+    model = spec.get("model") or {}
+    mounts = [(model.get("dir"), (spec.get("options") or {}).get("model_path"))]
+    if model.get("draft_dir"):
+        mounts.append((model["draft_dir"], DRAFT_MOUNT_TARGET))
+    return mounts
+
+
+def _same_mounts(found: object, wanted: list[tuple[str, str]]) -> bool:
+    if not isinstance(found, list) or len(found) != len(wanted) or not all(isinstance(m, dict) for m in found):
         return False
-    mount = found[0]
-    return (mount.get("Type"), mount.get("Source"), mount.get("Target"), mount.get("ReadOnly")) == (
-        "bind", source, target, True)
+    have = sorted((m.get("Type"), m.get("Source"), m.get("Target"), m.get("ReadOnly")) for m in found)
+    return have == sorted(("bind", source, target, True) for source, target in wanted)
 
 
 def differences(container: dict, image: dict, spec: dict, env: dict, image_ref: str) -> list[str]:
@@ -108,7 +121,7 @@ def differences(container: dict, image: dict, spec: dict, env: dict, image_ref: 
         found.append("published ports: compared by the module")
     elif host.get("PortBindings"):
         differs("published ports", host.get("PortBindings"), {})
-    if not _same_mounts(host.get("Mounts"), (spec.get("model") or {}).get("dir"), options.get("model_path")):
+    if not _same_mounts(host.get("Mounts"), wanted_mounts(spec)):
         found.append(f"mounts: {host.get('Mounts')!r}")
     differs("runtime", host.get("Runtime"), options.get("runtime"))
     if not _same_devices(host.get("DeviceRequests"), bool(options.get("gpus_all"))):

@@ -49,6 +49,8 @@ NEEDS_THE_BOX = {
     "vllm_stop_timeout": WATCHDOG_STOP,
     "vllm_restart_policy": WATCHDOG_STOP,
     "vllm_gpus_all": WATCHDOG_STOP,
+    "vllm_draft_model": WATCHDOG_STOP,
+    "vllm_draft_model_dir": WATCHDOG_STOP,
     # tasks/health-diagnose.yml: which member's log to diagnose, told by the record of the deployment it runs.
     "vllm_rollback_target": "the deployment record on the box, for the diagnosis of a member's log",
     "vllm_state_dir": "the deployment record on the box, for the diagnosis of a member's log",
@@ -93,7 +95,9 @@ def test_every_checked_variable_has_a_bad_value_in_the_refusal_cases() -> None:
     excused = set(REFUSALS["not_refusable"])
     assert sorted(on_path - covered - excused) == [], "add a case to molecule/fleet/files/refusals.yml"
     assert sorted(covered & excused) == []
-    assert sorted((covered | excused) - set(role_options())) == [], "cases name variables no role has"
+    retired = set(REFUSALS.get("retired") or {})
+    assert sorted((covered | excused) - set(role_options()) - retired) == [], "cases name variables no role has"
+    assert sorted(retired - covered) == [], "a retired setting needs its refusal case"
 
 
 @pytest.mark.parametrize("case", REFUSALS["cases"], ids=lambda case: ",".join(case["set"]))
@@ -102,6 +106,8 @@ def test_refusal_cases_set_values_of_the_right_type(case: dict) -> None:
     kinds = {"int": int, "float": (int, float), "str": str, "path": str, "list": list, "dict": dict, "bool": bool,
              "raw": object}
     for name, value in case["set"].items():
+        if name in (REFUSALS.get("retired") or {}):
+            continue
         kind = role_options()[name]["type"]
         assert isinstance(value, kinds[kind]), f"{name}: {value!r} is not a {kind}"
 
