@@ -46,7 +46,8 @@ def plan_on(name: str, mem_total: int) -> dict:
         "sized_for_box": sized["sized_for_box"], "draft_weights_bytes": sized["draft_weights_bytes"],
         "activations_bytes": sized["activations_bytes"], "checkpoint_quantization": recipe["model"]["quantization"],
     }
-    facts = {"unified_memory": True, "mem_total_bytes": mem_total, "gpu_names": ["NVIDIA GB10"], "compute_caps": ["12.1"]}
+    facts = {"unified_memory": True, "mem_total_bytes": mem_total, "gpu_names": ["NVIDIA GB10"],
+             "compute_caps": ["12.1"]}
     return check_plan(settings, facts, {"watchdog_steady_percent": WATCHDOG_STEADY_PERCENT})
 
 
@@ -77,7 +78,8 @@ def test_the_default_recipe_serves_exactly_what_the_role_always_served() -> None
         "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder", "--limit-mm-per-prompt",
         '{"image":0,"video":0}',
     ]
-    assert recipe["env"] == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    assert recipe["env"] == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                             "TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
 def test_speculative_decoding_points_vllm_at_the_mounted_draft_model() -> None:
