@@ -125,6 +125,26 @@ def vllm_recipe_for_box(recipe: object, mem_total_bytes: object) -> dict:
         raise AnsibleFilterError(f"vllm_recipe_for_box: {exc}") from exc
 
 
+def vllm_release_of(image: object, label: object = "") -> str:
+    """The vLLM release an image is: its ai.vllm.image.tag label (vLLM's docker/Dockerfile sets it from 0.2x on),
+    else its tag (vllm/vllm-openai:v0.34.0, ...:v0.19.1-cu130); "" when neither says."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_serve_check import (
+        release_from_image,
+        release_from_label,
+    )
+
+    return (release_from_label(str(label or "")) if label else None) or release_from_image(str(image or "")) or ""
+
+
+def vllm_serve_check(argv: object, release: object) -> list[str]:
+    """`vllm serve`'s arguments (the model first) -> what the release's own parser would refuse (empty: none)."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_serve_check import check_serve_argv
+
+    if not isinstance(argv, list):
+        raise AnsibleFilterError(f"vllm_serve_check expects the argument list, got {type(argv).__name__}")
+    return check_serve_argv(str(release), [str(arg) for arg in argv])
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -134,4 +154,6 @@ class FilterModule:
             "vllm_container_differences": vllm_container_differences,
             "vllm_recipe": vllm_recipe,
             "vllm_recipe_for_box": vllm_recipe_for_box,
+            "vllm_release_of": vllm_release_of,
+            "vllm_serve_check": vllm_serve_check,
         }

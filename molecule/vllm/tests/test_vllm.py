@@ -316,3 +316,48 @@ def test_an_archive_without_the_image_pinned_is_refused_before_it_is_copied(host
             "tagged sparkfleet-sim/vllm-openai:other") in output
     assert "Nothing was copied." in output
     assert not host.file("/var/tmp/sparkfleet-vllm-image.tar").exists
+
+
+# --- recipes: each shipped recipe served through the health gate ---------------------------------
+# recipes.yml serves every recipe of the role (roles/vllm/recipes) in one ansible-playbook run, each
+# on the stand-in of the newest vLLM release it names, and records the outcome and the container.
+
+RECIPES_DIR = Path(__file__).resolve().parents[3] / "roles" / "vllm" / "recipes"
+RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yml")
+                 if "boxes: 1," in p.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def recipe_records(host) -> Path:
+    # The per-release stand-in images (tests/testbed/vllm-standin/build.sh), into the box's own engine.
+    for tag in ("v0.34.0", "v0.19.1-cu130"):
+        subprocess.run(f"set -o pipefail; docker save sparkfleet-sim/vllm-openai:{tag} | docker exec -i {BOX} docker load",
+                       shell=True, check=True, executable="/bin/bash", capture_output=True)
+    records = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "vllm-recipes"
+    shutil.rmtree(records, ignore_errors=True)
+    records.mkdir(parents=True)
+    result = run_playbook(SCENARIO / "recipes.yml", {"recipes_records": str(records), "recipes_names": RECIPES})
+    assert result.returncode == 0, result.output[-3000:]
+    return records
+
+
+def test_the_one_box_recipes_are_all_served() -> None:
+    assert len(RECIPES) >= 6, RECIPES
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_each_recipe_is_served_through_the_health_gate(recipe_records: Path, name: str) -> None:
+    got = record(recipe_records, name)
+    assert not got["failed"], f"{name}: {got.get('task')}: {got.get('msg')}"
+    assert got["health"]["state"] == "healthy", got["health"]
+    recipe_text = (RECIPES_DIR / f"{name}.yml").read_text(encoding="utf-8")
+    # The recipe's own arguments reached vLLM's command line (the stand-in parsed them with the
+    # release's own parser table, or the container would have exited).
+    for line in re.findall(r"^  - (--[a-z0-9-]+)$", recipe_text, flags=re.MULTILINE):
+        assert line in got["args"], f"{name}: {line} not in {got['args']}"
+    if "draft:" in recipe_text:
+        spec = json.loads(got["args"][got["args"].index("--speculative-config") + 1])
+        assert spec["model"] == "/draft"
+        assert "/draft" in got["mounts"]
+    else:
+        assert "/draft" not in got["mounts"]
