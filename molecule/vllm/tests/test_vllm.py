@@ -331,8 +331,8 @@ RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yml")
 def recipe_records(host) -> Path:
     # The per-release stand-in images (tests/testbed/vllm-standin/build.sh), into the box's own engine.
     for tag in ("v0.34.0", "v0.19.1-cu130"):
-        subprocess.run(f"set -o pipefail; docker save sparkfleet-sim/vllm-openai:{tag} | docker exec -i {BOX} docker load",
-                       shell=True, check=True, executable="/bin/bash", capture_output=True)
+        load = f"set -o pipefail; docker save sparkfleet-sim/vllm-openai:{tag} | docker exec -i {BOX} docker load"
+        subprocess.run(load, shell=True, check=True, executable="/bin/bash", capture_output=True)
     records = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "vllm-recipes"
     shutil.rmtree(records, ignore_errors=True)
     records.mkdir(parents=True)
