@@ -29,7 +29,7 @@ import pytest
 
 STANDIN_DIR = Path(__file__).resolve().parent / "vllm-standin"
 STANDIN = STANDIN_DIR / "vllm"
-DATA = json.loads((STANDIN_DIR / "vllm_serve.json").read_text(encoding="utf-8"))
+DATA = json.loads((STANDIN_DIR / "releases" / "0.19.1" / "vllm_serve.json").read_text(encoding="utf-8"))
 CASES = DATA["cases"]
 SERVED = "qwen3.5-35b"
 KEY = "sk-test-key"
