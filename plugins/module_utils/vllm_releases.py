@@ -13,7 +13,7 @@ RELEASES: version -> {
       (0, 1, "?", "+", "*"), "choices" (a list, or None)}, from the release's own parser,
   "registries": names vLLM looks up at start-up (argparse has no choices for most):
       quantization, tool_call_parsers, reasoning_parsers, load_formats, attention_backends,
-      moe_backends, linear_backends, speculative_methods, compilation_modes,
+      moe_backends, linear_backends, speculative_methods, kv_cache_dtypes, compilation_modes,
   "messages": name -> (file in the release's source, line, template): vLLM's message with each
       interpolated value as a {field}; generate.py checks its literal parts against the source,
   "field_errors": "Class.field" -> (file, line, {pydantic error type: message}), what pydantic
