@@ -781,10 +781,11 @@ def action_row(action: argparse.Action) -> dict[str, Any]:
         row["options"] = [o for o in action.option_strings if not o.startswith("--no-")]
     if kind == "enable_disable":
         # vLLM 0.34.0 registers its EnableDisableAction for every BooleanOptionalAction
-        # (vllm/utils/argparse_utils.py): --no-X as before, and --enable-X pairs with --disable-X.
+        # (vllm/utils/argparse_utils.py): --enable-X pairs with --disable-X, and --no-X still works but is
+        # hidden (_register_action drops it from option_strings; the parser keeps it registered).
         negative = action.negative_option_strings
         row["options"] = [o for o in action.option_strings if o not in negative]
-        row["negative_options"] = [o for o in action.option_strings if o in negative]
+        row["negative_options"] = sorted(negative)
     return row
 
 
@@ -1243,7 +1244,9 @@ RELEASES: version -> {{
   "allow_abbrev": whether that release's FlexibleArgumentParser (vllm/utils/argparse_utils.py)
       takes a unique prefix of an option (argparse's allow_abbrev),
   "options": every `vllm serve` option string, short and --no-X forms too -> {{"dest", "nargs"
-      (0, 1, "?", "+", "*"), "choices" (a list, or None)}}, from the release's own parser,
+      (0, 1, "?", "+", "*"), "choices" (a list, or None), and "convert" where the value is converted
+      first: "lower_underscore" (lower case, "-" -> "_"), "none_is_unset" ("none" unsets it)}}, from the
+      release's own parser,
   "registries": names vLLM looks up at start-up (argparse has no choices for most):
       quantization, tool_call_parsers, reasoning_parsers, load_formats, attention_backends,
       moe_backends, linear_backends, speculative_methods, kv_cache_dtypes, compilation_modes,
@@ -1263,6 +1266,8 @@ DEFAULT = {default!r}
 
 '''
 
+# Converters that change a value before argparse compares it with the choices, or unset it.
+CONVERTS = {"lower_underscore": "lower_underscore", "reasoning_parser": "none_is_unset"}
 NARGS = {"store_true": 0, "boolean": 0, "enable_disable": 0, "store": 1, "append": 1}
 
 
@@ -1271,8 +1276,10 @@ def compact_options(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for row in table["options"]:
         nargs = row["nargs"] if row["nargs"] is not None else NARGS[row["action"]]
+        convert = CONVERTS.get(str(row["type"]).removeprefix("optional:"))
         for option in row["options"]:
-            out[option] = {"dest": row["dest"], "nargs": nargs, "choices": row["choices"]}
+            out[option] = {"dest": row["dest"], "nargs": nargs, "choices": row["choices"],
+                           **({"convert": convert} if convert else {})}
             if row["action"] == "boolean" and option.startswith("--"):
                 out["--no-" + option[2:]] = {"dest": row["dest"], "nargs": 0, "choices": None}
         for option in row.get("negative_options", ()):
