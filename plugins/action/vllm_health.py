@@ -68,7 +68,7 @@ class ActionModule(ActionBase):
                 result.update(answer)
                 result["failed"] = True
                 result["msg"] = f"vLLM did not become ready: {why}.\n" + summarize(
-                    answer.get("log_tail"), answer.get("log_tail"), answer.get("exit_code"))
+                    answer.get("log_tail"), answer.get("log_tail"), answer.get("exit_code"), args.get("release"))
                 return result
             display.display(
                 f"vllm_health: {host}: waiting {elapsed:.0f}s/{timeout:.0f}s, passed: {answer.get('stage')}, "

@@ -91,8 +91,9 @@ def log_lines(log: object) -> str | list[str] | None:
     )
 
 
-def vllm_diagnose(log: object, exit_code: object = None) -> list[dict]:
-    """Log text or list of lines (and the container's exit code) -> the known failures found."""
+def vllm_diagnose(log: object, exit_code: object = None, release: object = None) -> list[dict]:
+    """Log text or list of lines (and the container's exit code) -> the known failures found, in the
+    words of the vLLM release (default the newest supported one)."""
     from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
 
     if exit_code is not None and not isinstance(exit_code, int):
@@ -100,7 +101,10 @@ def vllm_diagnose(log: object, exit_code: object = None) -> list[dict]:
             exit_code = int(exit_code)
         except (TypeError, ValueError) as exc:
             raise AnsibleFilterError(f"vllm_diagnose: exit_code must be an integer, got {exit_code!r}") from exc
-    return diagnose(log_lines(log), exit_code)
+    try:
+        return diagnose(log_lines(log), exit_code, None if release is None else str(release))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_diagnose: {exc}") from exc
 
 
 def vllm_recipe(name: object) -> dict:

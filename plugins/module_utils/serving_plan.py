@@ -30,6 +30,7 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.model_architect
     precision_of,
     text_config,
 )
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import nvfp4_crashes_on_gb10
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import flag_name, flag_value, tri_state
 
 # The one rule for the weights in unified memory: what must remain after loading them. On a
@@ -244,7 +245,9 @@ def rule_mamba_align_block_size(settings: dict, facts: dict, plan: dict) -> list
 
 
 def rule_nvfp4_gb10(settings: dict, facts: dict, plan: dict) -> list[dict]:
-    if plan["precision"] != "nvfp4":
+    """NVFP4 kernels crash on GB10 in vLLM before 0.28.0 only (vllm_diagnosis.NVFP4_GB10_WORKS_FROM says
+    why later releases run them); settings' `release` is the image's vLLM, unknown (None) warns."""
+    if plan["precision"] != "nvfp4" or not nvfp4_crashes_on_gb10(settings.get("release")):
         return []
     names = " ".join(facts.get("gpu_names") or []).lower()
     caps = facts.get("compute_caps") or []
@@ -255,8 +258,9 @@ def rule_nvfp4_gb10(settings: dict, facts: dict, plan: dict) -> list[dict]:
         finding(
             "warning",
             "nvfp4_on_gb10",
-            "NVFP4 checkpoint on GB10: vLLM's NVFP4 kernels crash with cudaErrorIllegalInstruction on this GPU "
-            f"({NVFP4_ISSUE}); use the FP8 checkpoint until the issue is fixed",
+            "NVFP4 checkpoint on GB10: the NVFP4 kernels of vLLM before 0.28.0 crash with cudaErrorIllegalInstruction "
+            f"on this GPU ({NVFP4_ISSUE}); use the FP8 checkpoint, or an image of vLLM 0.28.0 or newer "
+            "(vllm/vllm-openai:v0.34.0)",
         )
     ]
 

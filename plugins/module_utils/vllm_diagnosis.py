@@ -5,46 +5,76 @@
 
 vLLM fails minutes into start-up with a stack trace; the line that matters is buried in
 hundreds of others. Each known failure is a pattern over the log and an advice naming
-the role variable (roles/vllm) that fixes it. The patterns follow vLLM 0.19.1's own
-messages: some are written here (the unit tests quote each with its source file and line),
-the newer ones are made from vllm_messages.py, which generate.py writes from the release's
-source (file, line and text of each message) so that a new vLLM pin brings its texts along.
+the role variable (roles/vllm) that fixes it. The patterns follow the vLLM release's own
+messages (`release`, one of vllm_releases.SUPPORTED, default vllm_releases.DEFAULT): some are
+written here (the unit tests quote each with its source file and line), the others are made from
+vllm_releases.py, which generate.py writes from each release's source (file, line and text of each
+message), so that a release that moved or reworded a message is matched in its own words and a
+failure whose message a release no longer has is not looked for in its logs.
 Pure functions: tests/unit/plugins/module_utils/test_vllm_diagnosis.py.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 import string
 from dataclasses import dataclass
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_messages import FIELD_ERRORS, MESSAGES
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, RELEASES, SUPPORTED
+
+# NVFP4 on GB10 (sm_121): releases before 0.28.0 crash with cudaErrorIllegalInstruction
+# (https://github.com/vllm-project/vllm/issues/35519). From 0.28.0 on vLLM selects NVFP4 kernels that
+# run there: vLLM 0.34.0's own recipe recipes/models/Qwen/Qwen3.6-35B-A3B.yaml (sdist) gives its
+# nvfp4 variant min_vllm_version 0.28.0 and a verified dgx_spark_gb10 override, and
+# https://github.com/vllm-project/recipes/pull/632 marks Nemotron-3-Super NVFP4 verified on GB10
+# with no backend flag ("vLLM already auto-selects the FlashInfer CUTLASS NVFP4 MoE kernel on SM121").
+NVFP4_GB10_WORKS_FROM = "0.28.0"
 
 
-def vllm_text(name: str) -> str:
-    """vLLM's message `name` (vllm_messages.py, generated from the release's source) as a pattern:
+def release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", release)[:3])
+
+
+def checked_release(release: str | None) -> str:
+    """The release, DEFAULT when None; a clear error for one the collection has no tables for."""
+    release = DEFAULT if release is None else str(release)
+    if release not in RELEASES:
+        raise ValueError(f"vLLM release {release!r} is not supported: the collection has vLLM's texts for "
+                         f"{', '.join(SUPPORTED)} only; pass one of them")
+    return release
+
+
+def nvfp4_crashes_on_gb10(release: str | None) -> bool:
+    """True when the release's NVFP4 kernels crash on GB10 (before 0.28.0); an unknown release
+    (None) is taken to crash, since the warning is the safe side."""
+    return release is None or release_key(release) < release_key(NVFP4_GB10_WORKS_FROM)
+
+
+def vllm_text(name: str, release: str = DEFAULT) -> str:
+    """vLLM's message `name` (vllm_releases.py, generated from the release's source) as a pattern:
     its literal words, and for each value it interpolates anything up to the end of the line."""
     parts = []
-    for literal, field, _spec, _conversion in string.Formatter().parse(MESSAGES[name][2]):
+    for literal, field, _spec, _conversion in string.Formatter().parse(RELEASES[release]["messages"][name][2]):
         parts.append(re.escape(literal))
         if field is not None:
             parts.append(r"([^\n]*?)")
     return "".join(parts)
 
 
-def vllm_first_line(name: str) -> str:
+def vllm_first_line(name: str, release: str = DEFAULT) -> str:
     """The first line of a message of several lines: in a log each line has its process's prefix
     (`(APIServer pid=1) `), so only the first is matched."""
-    return vllm_text(name).split(re.escape("\n"), 1)[0]
+    return vllm_text(name, release).split(re.escape("\n"), 1)[0]
 
 
-def field_error(key: str) -> str:
-    """pydantic refusing the value of a vLLM config field (FIELD_ERRORS, produced by running the
+def field_error(key: str, release: str = DEFAULT) -> str:
+    """pydantic refusing the value of a vLLM config field (field_errors, produced by running the
     class): the class's ValidationError, the field's line, then one of its messages. The group
     `evidence` marks the line that names the value."""
     cls, field = key.split(".")
-    messages = "|".join(re.escape(text) for text in FIELD_ERRORS[key][2].values())
+    messages = "|".join(re.escape(text) for text in RELEASES[release]["field_errors"][key][2].values())
     return (rf"validation errors? for {cls}\b.*?\b{field}[ \t]*\n[^\n]*?"
             rf"(?P<evidence>(?:{messages})\b[^\n]*)")
 
@@ -60,20 +90,61 @@ class KnownFailure:
     exit_codes: tuple[int, ...] = ()
 
 
-# Order matters: the more specific failures first (an NVFP4 crash also says "CUDA error").
-KNOWN_FAILURES: tuple[KnownFailure, ...] = (
-    KnownFailure(
+class _Absent(Exception):
+    """A message the release does not have: the failure it marks is not looked for."""
+
+
+def known_failures(release: str | None = None) -> tuple[KnownFailure, ...]:
+    """The failures looked for in a log of `release` (default DEFAULT), in the release's words."""
+    return _known_failures(checked_release(release))
+
+
+@functools.lru_cache(maxsize=None)  # noqa: UP033 - functools.cache is 3.9+, modules run on 3.8 too
+def _known_failures(release: str) -> tuple[KnownFailure, ...]:
+    messages = RELEASES[release]["messages"]
+
+    def text(name: str) -> str:
+        if name not in messages:
+            raise _Absent(name)
+        return vllm_text(name, release)
+
+    def first_line(name: str) -> str:
+        if name not in messages:
+            raise _Absent(name)
+        return vllm_first_line(name, release)
+
+    found = []
+    for make in _FAILURES:
+        try:
+            failure = make(text, first_line, release)
+        except _Absent:
+            continue
+        if failure is not None:
+            found.append(failure)
+    return tuple(found)
+
+
+def _mamba_block_size(text, _first_line, _release) -> KnownFailure:  # noqa: ANN001 - the builders' own helpers
+    return KnownFailure(
         key="mamba-block-size",
         title="Mamba cache block_size larger than max_num_batched_tokens",
-        patterns=(r"In Mamba cache align mode, block_size \((\d+)\) must be <= max_num_batched_tokens \((\d+)\)",),
+        # vLLM 0.19.1 (vllm/config/vllm.py); 0.34.0 no longer asserts it.
+        patterns=(text("mamba-align-block-size"),),
         variables=("vllm_kv_cache_dtype", "vllm_max_num_batched_tokens"),
         advice=(
             "Qwen3.5 has hybrid Mamba layers; with an fp8 KV cache the aligned block size exceeds "
             "max_num_batched_tokens. Set vllm_kv_cache_dtype: auto (recommended), or raise "
             "vllm_max_num_batched_tokens to at least the block size shown."
         ),
-    ),
-    KnownFailure(
+    )
+
+
+# Order matters: the more specific failures first (an NVFP4 crash also says "CUDA error"). Each entry
+# makes its failure from the release's texts (`text`, `first_line`: vllm_text of that release; a name
+# the release lacks leaves the failure out) or gives None where the failure cannot happen there.
+_FAILURES = (
+    _mamba_block_size,
+    lambda text, first_line, release: KnownFailure(
         key="unsupported-architecture",
         title="The image's vLLM does not support the model architecture",
         patterns=(
@@ -87,19 +158,20 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "Set vllm_image to a newer release tag and clear or update vllm_image_digest."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="nvfp4-illegal-instruction",
         title="NVFP4 kernels crash on GB10 (cudaErrorIllegalInstruction)",
         patterns=(r"cudaErrorIllegalInstruction", r"CUDA error: an illegal instruction was encountered"),
         variables=("vllm_model_dir", "vllm_quantization"),
         advice=(
-            "NVFP4 checkpoints crash on GB10 (sm_121) with the current kernels "
+            "NVFP4 checkpoints crash on GB10 (sm_121) with the kernels of vLLM before 0.28.0 "
             "(https://github.com/vllm-project/vllm/issues/35519). Serve the "
             "FP8 checkpoint instead: point vllm_model_dir at Qwen3.5-35B-A3B-FP8 weights (profile "
-            "qwen3.5-35b-a3b-fp8) and leave vllm_quantization empty or set it to fp8."
+            "qwen3.5-35b-a3b-fp8) and leave vllm_quantization empty or set it to fp8; or set vllm_image to "
+            "vLLM 0.28.0 or newer (vllm/vllm-openai:v0.34.0), whose NVFP4 kernels run on GB10."
         ),
-    ),
-    KnownFailure(
+    ) if nvfp4_crashes_on_gb10(release) else None,
+    lambda text, first_line, release: KnownFailure(
         key="free-memory-at-startup",
         title="Less free memory at start-up than gpu_memory_utilization asks for",
         patterns=(
@@ -115,7 +187,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "vllm_gpu_memory_utilization (0.75 is the stable value)."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="memory-profiling",
         title="Free memory grew while vLLM profiled its memory use",
         patterns=(r"Error in memory profiling\. Initial free memory [\d.]+ GiB, current free memory [\d.]+ GiB",),
@@ -127,7 +199,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "GPU meanwhile, and retry; lower vllm_gpu_memory_utilization if it recurs."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="no-kv-cache-memory",
         title="Nothing left for the KV cache after the weights and activations",
         patterns=(r"No available memory for the cache blocks",),
@@ -138,7 +210,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "serve a smaller or more quantised checkpoint (vllm_model / vllm_model_dir; FP8 for Qwen3.5-35B-A3B)."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="kv-cache-too-small",
         title="max_model_len larger than the KV cache can hold",
         patterns=(
@@ -154,7 +226,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "a 128 GB Spark), or raise vllm_gpu_memory_utilization (not above 0.85 on unified memory)."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="max-model-len-above-model",
         title="max_model_len above what the model's config.json allows",
         patterns=(r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len",),
@@ -165,7 +237,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "vllm_max_model_len to at most that number."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="oom",
         title="CUDA out of memory",
         patterns=(
@@ -181,7 +253,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "stable value) or vllm_max_num_seqs, and do not serve BF16 35B weights on a 128 GB Spark."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="shm",
         title="Shared memory (/dev/shm) too small",
         patterns=(
@@ -202,7 +274,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         ),
         exit_codes=(135,),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="port-in-use",
         title="The API port is already in use",
         patterns=(r"\[Errno 98\] Address already in use", r"address already in use"),
@@ -212,7 +284,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "(`ss -ltnp` shows which) or change vllm_port."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="model-files-missing",
         title="Model files missing",
         patterns=(
@@ -229,7 +301,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "host directory that holds config.json and the *.safetensors shards (download them first)."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="invalid-tool-call-parser",
         title="Unknown tool call parser",
         patterns=(
@@ -243,15 +315,15 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "has the parser (vllm_image)."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="invalid-reasoning-parser",
         title="Unknown reasoning parser",
         patterns=(
             r"invalid reasoning parser: (\S+)",
             # --reasoning-parser is looked up only in the engine, after the weights and the KV
             # cache: a KeyError there, and the API server's own lookup's TypeError.
-            vllm_text("reasoning-parser-not-found"),
-            vllm_text("reasoning-parser-not-registered"),
+            text("reasoning-parser-not-found"),
+            text("reasoning-parser-not-registered"),
         ),
         variables=("vllm_reasoning_parser",),
         advice=(
@@ -259,7 +331,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "Set vllm_reasoning_parser to one of them (qwen3 for Qwen3.5), or empty to turn reasoning parsing off."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="auto-tool-choice-without-parser",
         title="Automatic tool choice without a tool call parser",
         patterns=(
@@ -274,7 +346,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "flag in vllm_extra_args bypasses that pairing: use the variables instead."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="unknown-quantization",
         title="Unknown quantization method",
         patterns=(r"Unknown quantization method: (\S+?)\. Must be one of",),
@@ -285,10 +357,10 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "of the listed names."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="gpu-memory-utilization-out-of-range",
         title="gpu_memory_utilization is not a share of memory above 0 and at most 1",
-        patterns=(field_error("CacheConfig.gpu_memory_utilization"),),
+        patterns=(field_error("CacheConfig.gpu_memory_utilization", release),),
         variables=("vllm_gpu_memory_utilization",),
         advice=(
             "vLLM takes --gpu-memory-utilization as a fraction of the GPU's memory, greater than 0 and at most 1 "
@@ -296,10 +368,10 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "not a percentage, and not above 0.85 on unified memory."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="unknown-attention-backend",
         title="Unknown attention backend, or two of them",
-        patterns=(vllm_text("unknown-attention-backend"), vllm_text("attention-backend-twice")),
+        patterns=(text("unknown-attention-backend"), text("attention-backend-twice")),
         variables=("vllm_extra_args", "vllm_image"),
         advice=(
             "--attention-backend (or the backend of --attention-config) in vllm_extra_args names no backend this "
@@ -309,10 +381,10 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "vllm_image."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="unknown-load-format",
         title="Unknown load format",
-        patterns=(vllm_text("unknown-load-format"),),
+        patterns=(text("unknown-load-format"),),
         variables=("vllm_extra_args", "vllm_image"),
         advice=(
             "--load-format in vllm_extra_args names a weight loader this vLLM does not have (it fails before "
@@ -320,10 +392,10 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "use an image whose vLLM has that loader (vllm_image)."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="model-not-first",
         title="The model is not the first argument of vllm serve",
-        patterns=(vllm_text("model-not-first"),),
+        patterns=(text("model-not-first"),),
         variables=("vllm_image", "vllm_model_path"),
         advice=(
             "With --served-model-name, vLLM wants the model right after `vllm serve`. The role passes "
@@ -332,10 +404,10 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "(vllm/vllm-openai) in vllm_image, and keep vllm_model_path set."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="log-outputs-without-log-requests",
         title="--enable-log-outputs without --enable-log-requests",
-        patterns=(vllm_text("log-outputs-without-log-requests"),),
+        patterns=(text("log-outputs-without-log-requests"),),
         variables=("vllm_extra_args",),
         advice=(
             "vLLM logs outputs only together with the requests. Add --enable-log-requests to vllm_extra_args next "
@@ -346,7 +418,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     # --master-port (vllm/distributed/parallel_state.py:1423, init_distributed_environment, 0.19.1); the
     # texts are torch's (pytorch v2.10.0, the pin of vLLM 0.19.1), which vLLM prints under its own
     # "WorkerProc failed to start." (vllm/v1/executor/multiproc_executor.py:857).
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="cluster-member-missing",
         title="A member of the cluster did not join the head's rendezvous",
         # torch/csrc/distributed/c10d/TCPStore.cpp, TCPStore::waitForWorkers.
@@ -361,7 +433,7 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "vllm_gpus_per_node)."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="cluster-head-unreachable",
         title="This member could not reach the head of its cluster",
         # torch/csrc/distributed/c10d/socket.cpp, SocketConnectOp::throwTimeoutError.
@@ -375,12 +447,12 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "without --limit), the link is down (playbooks/doctor.yml), or a firewall drops the port on the link."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="cluster-member-lost",
         title="A member of the cluster went away while the model was served",
         # NCCL's text for ncclRemoteError (NVIDIA/nccl src/init.cc, ncclGetErrorString) under vLLM's
         # "NCCL error: {error}" (vllm/distributed/device_communicators/pynccl_wrapper.py:373).
-        patterns=(re.escape(MESSAGES["nccl-error"][2].format(
+        patterns=(re.escape(RELEASES[release]["messages"]["nccl-error"][2].format(
             error="remote process exited or there was a network error")),),
         variables=("vllm_master_port",),
         advice=(
@@ -393,11 +465,11 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     # vLLM's parallel layout and multi-node mode refused before anything starts (0.19.1). The role writes these
     # flags itself for a cluster and refuses them in vllm_extra_args (plugins/plugin_utils/vllm_args.py and
     # cluster_plan.py): a log shows them from an image whose entrypoint adds them, or from a run by hand.
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="parallel-layout",
         title="The parallel layout asks for more GPUs than the box has, or does not fit the cluster",
-        patterns=(vllm_first_line("world-size-above-gpus"), vllm_text("nnodes-world-size"),
-                  vllm_text("nnodes-node-rank")),
+        patterns=(first_line("world-size-above-gpus"), text("nnodes-world-size"),
+                  text("nnodes-node-rank")),
         variables=("vllm_tensor_parallel_size", "vllm_pipeline_parallel_size", "vllm_gpus_per_node",
                    "vllm_extra_args"),
         advice=(
@@ -408,10 +480,10 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "vllm_extra_args."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="multi-node-backend",
         title="A multi-node cluster with another executor than vLLM's multiprocessing",
-        patterns=(vllm_text("nnodes-executor-backend"), vllm_text("nnodes-data-parallel-backend")),
+        patterns=(text("nnodes-executor-backend"), text("nnodes-data-parallel-backend")),
         variables=("vllm_extra_args",),
         advice=(
             "vLLM's multi-node mode (--nnodes > 1) runs on its multiprocessing executor: drop "
@@ -419,17 +491,17 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "runs clusters without Ray."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="headless-api-server-count",
         title="--api-server-count on a headless member",
-        patterns=(vllm_text("headless-api-server-count"),),
+        patterns=(text("headless-api-server-count"),),
         variables=("vllm_extra_args",),
         advice=(
             "A cluster's workers run vLLM --headless, with no API server; the head alone serves the API. Drop "
             "--api-server-count (-asc) from the cluster's vllm_extra_args."
         ),
     ),
-    KnownFailure(
+    lambda text, first_line, release: KnownFailure(
         key="invalid-arguments",
         title="vLLM refused its command line",
         # Unknown flags are reported by the top-level parser ("vllm: error: unrecognized
@@ -444,8 +516,16 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     ),
 )
 
-_COMPILED = tuple((failure, tuple(re.compile(p, re.IGNORECASE | re.DOTALL) for p in failure.patterns))
-                  for failure in KNOWN_FAILURES)
+
+# The default release's failures, for readers that want the list (the README's table is checked
+# against the KnownFailure entries above).
+KNOWN_FAILURES = known_failures(DEFAULT)
+
+
+@functools.lru_cache(maxsize=None)  # noqa: UP033 - functools.cache is 3.9+, modules run on 3.8 too
+def _compiled(release: str) -> tuple[tuple[KnownFailure, tuple[re.Pattern[str], ...]], ...]:
+    return tuple((failure, tuple(re.compile(p, re.IGNORECASE | re.DOTALL) for p in failure.patterns))
+                 for failure in _known_failures(release))
 
 
 def _evidence_line(text: str, start: int) -> str:
@@ -490,7 +570,8 @@ def _item(failure: KnownFailure, evidence: str) -> dict[str, object]:
     }
 
 
-def diagnose(log: str | list[str] | None, exit_code: int | None = None) -> list[dict[str, object]]:
+def diagnose(log: str | list[str] | None, exit_code: int | None = None,
+             release: str | None = None) -> list[dict[str, object]]:
     """Return every known failure found in the log or the container's exit code, most specific first.
 
     Each item: key, title, variables (role variables to change), advice, evidence (the log
@@ -498,7 +579,7 @@ def diagnose(log: str | list[str] | None, exit_code: int | None = None) -> list[
     """
     text = "" if log is None else ("\n".join(log) if isinstance(log, list) else str(log))
     found = []
-    for failure, patterns in _COMPILED:
+    for failure, patterns in _compiled(checked_release(release)):
         match = _last_match(patterns, text)
         if match:
             start = match.start("evidence") if "evidence" in match.re.groupindex else match.start()
@@ -508,9 +589,10 @@ def diagnose(log: str | list[str] | None, exit_code: int | None = None) -> list[
     return found
 
 
-def summarize(log: str | list[str] | None, tail: list[str] | None = None, exit_code: int | None = None) -> str:
+def summarize(log: str | list[str] | None, tail: list[str] | None = None, exit_code: int | None = None,
+              release: str | None = None) -> str:
     """A failure message: the diagnoses (or that none matched) and the log tail."""
-    found = diagnose(log, exit_code)
+    found = diagnose(log, exit_code, release)
     if found:
         lines = ["Diagnosis:"]
         for item in found:

@@ -69,6 +69,13 @@ options:
     description: How many log lines to return on failure.
     type: int
     default: 50
+  release:
+    description:
+      - The vLLM release the container runs; the diagnosis of a failed start matches the log in that
+        release's own words.
+    type: str
+    choices: ["0.19.1", "0.34.0"]
+    default: "0.34.0"
 notes:
   - Runs C(docker inspect) and C(docker logs) on the host; needs the Docker CLI there.
 extends_documentation_fragment:
@@ -152,6 +159,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_range
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import Target, container_failed, probe
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, SUPPORTED
 
 INSPECT_EVERY = 2.0
 
@@ -261,6 +269,7 @@ def main() -> None:
             chat_timeout=dict(type="float", default=120),
             baseline_restarts=dict(type="int"),
             log_lines=dict(type="int", default=50),
+            release=dict(type="str", choices=list(SUPPORTED), default=DEFAULT),
         ),
         supports_check_mode=True,
     )
@@ -275,7 +284,7 @@ def main() -> None:
     tail = logs(module, p["container"], p["log_lines"]) if info is not None else []
     result["last_log_line"] = tail[-1] if tail else ""
     if result["state"] != "ready":
-        result.update(log_tail=tail, diagnosis=diagnose(tail, result.get("exit_code")))
+        result.update(log_tail=tail, diagnosis=diagnose(tail, result.get("exit_code"), p["release"]))
     module.exit_json(**result)
 
 

@@ -10,7 +10,6 @@ import contextlib
 import http.client
 import importlib.machinery
 import importlib.util
-import inspect
 import io
 import json
 import os
@@ -29,7 +28,7 @@ import pytest
 
 STANDIN_DIR = Path(__file__).resolve().parent / "vllm-standin"
 STANDIN = STANDIN_DIR / "vllm"
-DATA = json.loads((STANDIN_DIR / "vllm_serve.json").read_text(encoding="utf-8"))
+DATA = json.loads((STANDIN_DIR / "releases" / "0.19.1" / "vllm_serve.json").read_text(encoding="utf-8"))
 CASES = DATA["cases"]
 SERVED = "qwen3.5-35b"
 KEY = "sk-test-key"
@@ -720,16 +719,19 @@ def load_module(path: Path, name: str) -> ModuleType:
     return module
 
 
-MESSAGES_MODULE = "ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_messages"
+RELEASES_MODULE = "ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases"
+UTILS = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
+
+
+def load_releases() -> ModuleType:
+    return load_module(UTILS / "vllm_releases.py", RELEASES_MODULE)
 
 
 def load_diagnosis() -> ModuleType:
     """vllm_diagnosis.py without the collection on the path: its generated table of vLLM's texts
     is registered under the name it imports it by (a module found in sys.modules is used as is)."""
-    utils = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
-    if (utils / "vllm_messages.py").is_file():
-        load_module(utils / "vllm_messages.py", MESSAGES_MODULE)
-    return load_module(utils / "vllm_diagnosis.py", "vllm_diagnosis")
+    load_releases()
+    return load_module(UTILS / "vllm_diagnosis.py", "vllm_diagnosis")
 
 
 FORCED = {
@@ -767,30 +769,32 @@ def test_every_failure_the_stand_in_knows_is_tested():
 @pytest.mark.parametrize("name", list(FORCED))
 def test_forced_failure_is_diagnosed_as_itself(model: Path, name: str):
     diagnosis = load_diagnosis()
-    if name not in {failure.key for failure in diagnosis.KNOWN_FAILURES}:
-        pytest.skip(f"plugins/module_utils/vllm_diagnosis.py has no {name!r} diagnosis in this checkout")
-    with_exit_code = "exit_code" in inspect.signature(diagnosis.diagnose).parameters
-    if name == "shm" and not with_exit_code:
-        pytest.skip("this vllm_diagnosis.py predates vLLM's real SIGBUS signature (exit code 135, -7)")
+    release = DATA["vllm_version"]
+    if name not in {failure.key for failure in diagnosis.known_failures(release)}:
+        pytest.skip(f"plugins/module_utils/vllm_diagnosis.py has no {name!r} diagnosis for vLLM {release}")
     result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_FAIL": name})
     assert result.returncode != 0
-    found = (diagnosis.diagnose(result.stdout, exit_code=result.returncode) if with_exit_code
-             else diagnosis.diagnose(result.stdout))
+    found = diagnosis.diagnose(result.stdout, exit_code=result.returncode, release=release)
     assert found and found[0]["key"] == name
 
 
 # --- the generated tables ---------------------------------------------------------------------
 
-def test_generated_messages_module_matches_the_table():
-    """plugins/module_utils/vllm_messages.py (the diagnosis's copy) and vllm_serve.json come from
-    one generator run: the same vLLM release, texts, files and lines."""
-    module = load_module(Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "vllm_messages.py",
-                         MESSAGES_MODULE)
-    assert (DATA["vllm_version"], DATA["sdist_sha256"]) == (module.VLLM_VERSION, module.SDIST_SHA256)
-    table = {name: (m["file"], m["line"], m["template"]) for name, m in DATA["messages"].items()}
-    assert table == module.MESSAGES
-    fields = {key: (f["file"], f["line"], f["messages"]) for key, f in DATA["field_errors"].items()}
-    assert fields == module.FIELD_ERRORS
+@pytest.mark.parametrize("release", ["0.19.1", "0.34.0"])
+def test_generated_releases_module_matches_the_tables(release: str):
+    """plugins/module_utils/vllm_releases.py (the collection's copy) and releases/<version>/vllm_serve.json
+    come from one generator run: the same sdist, texts, files, lines, options and names."""
+    module = load_releases()
+    table = json.loads((STANDIN_DIR / "releases" / release / "vllm_serve.json").read_text(encoding="utf-8"))
+    entry = module.RELEASES[release]
+    assert release in module.SUPPORTED and table["vllm_version"] == release
+    assert (table["sdist_sha256"], table["allow_abbrev"]) == (entry["sdist_sha256"], entry["allow_abbrev"])
+    assert {name: (m["file"], m["line"], m["template"]) for name, m in table["messages"].items()} == entry["messages"]
+    fields = {key: (f["file"], f["line"], f["messages"]) for key, f in table["field_errors"].items()}
+    assert fields == entry["field_errors"]
+    assert table["registries"] == entry["registries"]
+    declared = {option for row in table["options"] for option in row["options"]}
+    assert declared <= set(entry["options"])
 
 
 def test_stand_in_takes_attention_backends_and_compilation_modes_from_vllms_registry():
@@ -820,5 +824,6 @@ def test_refused_command_line_is_diagnosed(standin: ModuleType, plain_model: Pat
     argv = [a.format(model=plain_model) for a in REFUSED[key]]
     result = run_in_process(standin, argv, monkeypatch)
     assert result.returncode == 1
-    found = load_diagnosis().diagnose(result.stdout + result.stderr, exit_code=result.returncode)
+    found = load_diagnosis().diagnose(result.stdout + result.stderr, exit_code=result.returncode,
+                                      release=DATA["vllm_version"])
     assert found and found[0]["key"] == key, [f["key"] for f in found]

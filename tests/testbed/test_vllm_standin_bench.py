@@ -21,7 +21,8 @@ import pytest
 
 STANDIN_DIR = Path(__file__).resolve().parent / "vllm-standin"
 STANDIN = STANDIN_DIR / "vllm"
-TABLE = json.loads((STANDIN_DIR / "vllm_bench_serve.json").read_text(encoding="utf-8"))
+TABLE = json.loads((STANDIN_DIR / "releases" / "0.19.1" / "vllm_bench_serve.json").read_text(
+    encoding="utf-8"))
 SERVED = "qwen3.5-35b"
 KEY = "sk-bench-test"
 # The keys main_async and benchmark put in the result (vllm/benchmarks/serve.py, 0.19.1) for

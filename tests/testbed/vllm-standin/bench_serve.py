@@ -42,7 +42,9 @@ from datetime import datetime
 from typing import Any
 
 DATA_NAME = "vllm_bench_serve.json"
-DATA_PATHS = (os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_NAME),
+# The release's table: releases/<version>/ in the repository, or where the image puts it.
+RELEASE = os.environ.get("VLLM_STANDIN_RELEASE") or "0.19.1"
+DATA_PATHS = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "releases", RELEASE, DATA_NAME),
               "/usr/local/share/vllm-standin/" + DATA_NAME)
 # endpoint_request_func.py:781 (ASYNC_REQUEST_FUNCS): the backends that post to /v1/completions.
 COMPLETIONS_BACKENDS = ("vllm", "openai")

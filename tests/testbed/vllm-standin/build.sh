@@ -28,7 +28,7 @@ base_image() {
 main() {
     local base key image
     base=$(base_image)
-    key=$( (docker image inspect -f '{{.Id}}' "$base"; cat "$here/Containerfile" "$here/vllm" "$here/vllm_serve.json" "$here/bench_serve.py" "$here/vllm_bench_serve.json") \
+    key=$( (docker image inspect -f '{{.Id}}' "$base"; cat "$here/Containerfile" "$here/vllm" "$here/releases/0.19.1/vllm_serve.json" "$here/bench_serve.py" "$here/releases/0.19.1/vllm_bench_serve.json") \
         | sha256sum | cut -c1-12)
     image="$repo/vllm-standin:$key"
     if docker image inspect "$image" >/dev/null 2>&1; then

@@ -2,11 +2,12 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Generate the vLLM stand-in's data (vllm_serve.json) from the pinned vLLM release's source.
+"""Generate the vLLM stand-in's data (releases/<version>/) from each supported vLLM release's source.
 
-    python3 tests/testbed/vllm-standin/generate.py                  # vLLM 0.19.1 from PyPI
-    python3 tests/testbed/vllm-standin/generate.py --version 0.20.0 # when the image pin moves
-    python3 tests/testbed/vllm-standin/generate.py --sdist vllm-0.19.1.tar.gz --check
+    python3 tests/testbed/vllm-standin/generate.py                   # every SUPPORTED release, from PyPI
+    python3 tests/testbed/vllm-standin/generate.py --version 0.19.1  # one release
+    python3 tests/testbed/vllm-standin/generate.py --sdist vllm-0.34.0.tar.gz --check
+    python3 tests/testbed/vllm-standin/generate.py --module-only     # vllm_releases.py from the tables
 
 Why run vLLM's own parser rather than read it: `vllm serve`'s options are built at run time
 from the config dataclasses' type hints (vllm/engine/arg_utils.py `_compute_kwargs`), so no
@@ -16,11 +17,14 @@ installed or copied into this repository, only the table and outcomes it produce
 fetched through PyPI's simple API (JSON form, sha256-checked): `pip download --no-binary :all:
 vllm==X` would also try to build vLLM's metadata, which needs torch and CUDA.
 
-What lands in vllm_serve.json:
+What lands in releases/<version>/vllm_serve.json:
 * every `vllm serve` option: option strings, dest, action, nargs, value type, choices, default;
 * the registered tool-call parsers, reasoning parsers, quantization methods, load formats and
   attention backends, and the compilation modes, which have no argparse choices (an unknown
-  name fails at start-up or in pydantic, not in argparse's choices);
+  name fails at start-up or in pydantic, not in argparse's choices); the MoE and linear kernel
+  backends (KernelConfig's Literals), the speculative methods (SpeculativeConfig.method's
+  Literal) and the KV-cache dtypes (CacheConfig.cache_dtype's Literal);
+* whether the release's FlexibleArgumentParser takes abbreviations (allow_abbrev);
 * vLLM's failure messages as format strings, each with its upstream file:line, checked
   against the source text (the literal parts must equal the f-string's literal parts);
 * pydantic's messages for the config fields the stand-in checks itself (CacheConfig's
@@ -28,8 +32,11 @@ What lands in vllm_serve.json:
 * the outcome of every command line in CASES under the real parser, and for names argparse
   lets through, under the real CacheConfig and AttentionConfig code (the tests' expectations).
 
-The messages and field errors also go to plugins/module_utils/vllm_messages.py, the copy the
-role's log diagnosis (vllm_diagnosis.py) builds its newer patterns from.
+Each release has its own releases/<version>/vllm_serve.json and vllm_bench_serve.json; a message
+whose text or place a release changed is quoted as that release says it (RELEASE_MESSAGES), one the
+release lacks is left out. The options, registries, messages and field errors of every SUPPORTED
+release also go to plugins/module_utils/vllm_releases.py, the copy the collection's own checks
+(vllm_diagnosis.py, vllm_serve_check.py) read.
 """
 
 from __future__ import annotations
@@ -54,8 +61,11 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-OUTPUT = HERE / "vllm_serve.json"
-DEFAULT_VERSION = "0.19.1"
+# The releases the collection supports, each with its own tables under releases/<version>/;
+# DEFAULT is the one the collection's checks assume when a caller names none.
+SUPPORTED = ("0.19.1", "0.34.0")
+DEFAULT = "0.34.0"
+RELEASES_DIR = HERE / "releases"
 SIMPLE_INDEX = "https://pypi.org/simple/vllm/"
 
 # Native or heavy packages the parser's import chain touches but never needs for parsing.
@@ -65,6 +75,7 @@ STUBBED_PACKAGES = {
     "sentencepiece", "mistral_common", "prometheus_client", "psutil", "cloudpickle", "huggingface_hub",
     "cachetools", "PIL", "uvloop", "aiohttp", "partial_json_parser", "pybase64", "soundfile", "cv2",
     "llguidance", "compressed_tensors", "depyf", "flashinfer", "ray", "torchvision", "torchaudio",
+    "fastapi", "starlette",
 }
 
 # Failure messages the stand-in prints, as vLLM formats them: name -> (file, anchor, template).
@@ -213,6 +224,74 @@ MESSAGES = {
         "EngineCore encountered an issue. See stack trace (above) for the root cause."),
 }
 
+# Messages whose text or place changed since 0.19.1, as the release that changed them says them
+# (its file; `quote` checks the literal parts and finds the line). None: the release has no such
+# message (its table leaves it out). A release takes the changes of every listed release up to it.
+RELEASE_MESSAGES: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "0.34.0": {
+        # vllm/entrypoints/openai/cli_args.py became vllm/entrypoints/common/cli_args.py, and
+        # validate_api_server_args moved there from api_server.py.
+        "unknown-tool-call-parser": (
+            "vllm/entrypoints/common/cli_args.py", "invalid tool call parser: ",
+            "invalid tool call parser: {name} (chose from {{ {choices} }})", "validate_api_server_args"),
+        "unknown-reasoning-parser": (
+            "vllm/entrypoints/common/cli_args.py", "invalid reasoning parser: ",
+            "invalid reasoning parser: {name} (chose from {{ {choices} }})", "validate_api_server_args"),
+        "auto-tool-choice-without-parser": (
+            "vllm/entrypoints/common/cli_args.py", "Error: --enable-auto-tool-choice requires",
+            "Error: --enable-auto-tool-choice requires --tool-call-parser"),
+        "log-outputs-without-log-requests": (
+            "vllm/entrypoints/common/cli_args.py", "Error: --enable-log-outputs requires",
+            "Error: --enable-log-outputs requires --enable-log-requests"),
+        # _check_enough_kv_cache_memory moved to kv_cache_planning.py; the advice became a hint
+        # that depends on the configuration (_more_kv_cache_memory_hint).
+        "no-kv-cache-memory": (
+            "vllm/v1/core/kv_cache_planning.py", "No available memory for the cache blocks. ",
+            "No available memory for the cache blocks. {hint} See "
+            "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."),
+        "kv-cache-too-small": (
+            "vllm/v1/core/kv_cache_planning.py", "To serve at least one request with the model's max seq len ",
+            "To serve at least one request with the model's max seq len ({max_model_len}), ({needed} GiB KV "
+            "cache is needed, which is larger than the available KV cache memory ({available} GiB). {estimated}"
+            "{hint} Decreasing `max_model_len` also reduces what is needed. See "
+            "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."),
+        "kv-cache-estimate": (
+            "vllm/v1/core/kv_cache_planning.py", "Based on the available memory, ",
+            "Based on the available memory, the estimated maximum model length is {estimated_max_len}. "),
+        # VllmConfig no longer asserts the aligned block size (vllm/config/vllm.py keeps only the
+        # chunked-MM-input assertion of align mode).
+        "mamba-align-block-size": None,
+        # The multi-node assertions became ValueErrors with other words (EngineArgs.create_engine_config).
+        "nnodes-data-parallel-backend": (
+            "vllm/engine/arg_utils.py", "` requires `--data-parallel-backend mp`; got ",
+            "Invalid data-parallel launch options: `--nnodes {nnodes}` requires `--data-parallel-backend mp`; "
+            "got `--data-parallel-backend {backend}`. Use the MP backend or set `--nnodes 1`."),
+        "nnodes-world-size": (
+            "vllm/engine/arg_utils.py", "` must evenly divide the total world size (",
+            "Invalid data-parallel launch options: `--nnodes {nnodes}` must evenly divide the total world size "
+            "({world_size}). Adjust `--nnodes`, `--data-parallel-size`, `--pipeline-parallel-size`, "
+            "`--tensor-parallel-size`, or `--prefill-context-parallel-size`."),
+        "nnodes-node-rank": (
+            "vllm/engine/arg_utils.py", "Invalid data-parallel launch options: `--node-rank` must be between 0 and ",
+            "Invalid data-parallel launch options: `--node-rank` must be between 0 and {max_rank}; got "
+            "`--node-rank {node_rank}`. Set it to this node's zero-based index."),
+    },
+}
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def messages_of(version: str) -> dict[str, tuple[str, ...]]:
+    """MESSAGES as `version` has them: the changes of every RELEASE_MESSAGES release up to it."""
+    out: dict[str, tuple[str, ...] | None] = dict(MESSAGES)
+    for release in sorted(RELEASE_MESSAGES, key=release_key):
+        if release_key(release) <= release_key(version):
+            out.update(RELEASE_MESSAGES[release])
+    return {name: spec for name, spec in out.items() if spec is not None}
+
+
 # Texts of torch.distributed and NCCL that vLLM passes on: not in vLLM's source, so not checked
 # by `quote`. They are those of the torch release vLLM pins (requirements/cuda.txt); the
 # generator stops when that pin moves, so that they are read again from the new release.
@@ -239,13 +318,22 @@ TORCH_MESSAGES = {
 }
 
 
+# The torch pins whose texts TORCH_MESSAGES hold, and what was done to know it. vLLM 0.34.0 pins
+# torch 2.14.0: its two TCPStore texts are the same format strings in pytorch's main branch
+# (torch/csrc/distributed/c10d/TCPStore.cpp, socket.cpp) as in v2.10.0; read them again from the
+# v2.14.0 tag when a test or a field report shows otherwise.
+TORCH_PINS = {TORCH_PIN: "read from pytorch/pytorch v2.10.0",
+              "torch==2.14.0": "not re-read from v2.14.0: the texts of v2.10.0"}
+
+
 def torch_messages(source: Path) -> dict[str, Any]:
-    """TORCH_MESSAGES, after checking that vLLM still pins the torch they were read from."""
+    """TORCH_MESSAGES, after checking that vLLM pins a torch they are known for."""
     pins = re.findall(r"^torch==\S+", (source / "requirements" / "cuda.txt").read_text(), re.M)
-    if pins != [TORCH_PIN]:
-        raise SystemExit(f"requirements/cuda.txt pins {pins}, TORCH_MESSAGES were read from {TORCH_PIN}: "
+    if len(pins) != 1 or pins[0] not in TORCH_PINS:
+        raise SystemExit(f"requirements/cuda.txt pins {pins}, TORCH_MESSAGES were read for {list(TORCH_PINS)}: "
                          "read the texts again from the new torch and NCCL releases")
-    return {"torch_pin": TORCH_PIN, **TORCH_MESSAGES}
+    extra = {} if pins[0] == TORCH_PIN else {"torch_texts": TORCH_PINS[pins[0]]}
+    return {"torch_pin": pins[0], **extra, **TORCH_MESSAGES}
 
 
 # Command lines checked against the real parser; the model is the first word unless a case
@@ -403,6 +491,19 @@ CASES: list[list[str]] = [
     [MODEL, "--nnodes", "two"],
     [MODEL, "--master-port", "29501.5"],
     [MODEL, "--headless=true"],
+    # argparse's abbreviations (FlexibleArgumentParser keeps allow_abbrev), and options one
+    # release has and the other has not (--linear-backend, --disable-X pairs in 0.34.0)
+    [MODEL, "--max-model", "4096"],
+    [MODEL, "--max-model=4096"],
+    [MODEL, "--max-num", "4"],
+    [MODEL, "--enable-prefix", "--max-num-seq", "8"],
+    [MODEL, "--moe-backend", "triton"],
+    [MODEL, "--moe-backend", "FLASHINFER-CUTLASS"],
+    [MODEL, "--moe-backend", "no_such_backend"],
+    [MODEL, "--linear-backend", "auto"],
+    [MODEL, "--disable-prefix-caching"],
+    [MODEL, "--kv-cache-dtype", "nvfp4"],
+    [MODEL, "--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 2}'],
 ]
 
 # GPUs per node for the outcomes: a DGX Spark has one (GB10), and the generator has none.
@@ -510,6 +611,10 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         top = fullname.split(".", 1)[0]
+        if fullname == "vllm.ir" or fullname.startswith("vllm.ir."):
+            # vLLM 0.34.0's kernel IR (torch.library ops), which ParallelConfig's checks import
+            # through vllm.v1.executor: nothing of it decides how an argument parses.
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         if top == "vllm":
             rel = self.source.joinpath(*fullname.split("."))
             if rel.with_suffix(".py").exists() or rel.is_dir():
@@ -525,6 +630,19 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__path__ = []
 
 
+# The itemsize of torch's dtypes, which vLLM 0.34.0 checks at import against array.array's
+# (TORCH_DTYPE_TO_ARRAY_TYPECODE, vllm/utils/torch_utils.py).
+TORCH_ITEMSIZES = {"int8": 1, "uint8": 1, "int16": 2, "float16": 2, "bfloat16": 2, "int32": 4, "float32": 4,
+                   "int64": 8, "float64": 8}
+
+
+def torch_dtypes() -> None:
+    import torch  # noqa: PLC0415 - the stub, once _StubFinder is in place
+    for name, size in TORCH_ITEMSIZES.items():
+        dtype = getattr(torch, name)
+        dtype.itemsize = size
+
+
 def import_vllm(source: Path) -> dict[str, Any]:
     sys.path.insert(0, str(source))
     sys.meta_path.insert(0, _StubFinder(source))
@@ -537,6 +655,7 @@ def import_vllm(source: Path) -> dict[str, Any]:
             return "2.10.0"  # stubbed torch & co.: any recent release number
 
     importlib.metadata.version = version
+    torch_dtypes()
     # vLLM's modules can only be imported once the stubs and the source path are in place.
     from vllm import platforms  # noqa: PLC0415
     # The platform decides some defaults; the image this stand-in replaces runs on CUDA.
@@ -544,12 +663,21 @@ def import_vllm(source: Path) -> dict[str, Any]:
     from pydantic import TypeAdapter, ValidationError  # noqa: PLC0415 - vLLM's config classes need it
     from vllm.config import AttentionConfig, CacheConfig, CompilationConfig  # noqa: PLC0415
     from vllm.config.compilation import CompilationMode  # noqa: PLC0415
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args  # noqa: PLC0415
+    # vLLM 0.34.0 moved the serve arguments to vllm/entrypoints/common/cli_args.py.
+    cli_args = importlib.import_module("vllm.entrypoints.common.cli_args" if (
+        source / "vllm/entrypoints/common/cli_args.py").is_file() else "vllm.entrypoints.openai.cli_args")
+    make_arg_parser, validate_parsed_serve_args = cli_args.make_arg_parser, cli_args.validate_parsed_serve_args
+    from vllm.config import cache, kernel, speculative  # noqa: PLC0415
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS  # noqa: PLC0415
     from vllm.reasoning import ReasoningParserManager  # noqa: PLC0415
     from vllm.tool_parsers import ToolParserManager  # noqa: PLC0415
     from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: PLC0415
     from vllm.v1.attention.backends.registry import AttentionBackendEnum  # noqa: PLC0415
+    for name, obj in (("make_arg_parser", make_arg_parser), ("validate_parsed_serve_args", validate_parsed_serve_args),
+                      ("FlexibleArgumentParser", FlexibleArgumentParser)):
+        # _StubFinder stubs a vLLM module the release lacks: a stub here means a moved module.
+        if isinstance(obj, _StubMeta) or not callable(obj) or getattr(obj, "__module__", "stub") == "stub":
+            raise SystemExit(f"{name} is not in this release where generate.py looks for it: teach import_vllm")
     return {
         "make_arg_parser": make_arg_parser, "validate": validate_parsed_serve_args,
         "parser_cls": FlexibleArgumentParser, "quantization": list(QUANTIZATION_METHODS),
@@ -558,9 +686,28 @@ def import_vllm(source: Path) -> dict[str, Any]:
         # The names _AttentionBackendEnumMeta.__getitem__ accepts and lists in its error.
         "attention_backends": list(AttentionBackendEnum.__members__),
         "compilation_modes": {name: int(mode) for name, mode in CompilationMode.__members__.items()},
+        # The Literal types of --moe-backend / --linear-backend (vllm/config/kernel.py) and of
+        # SpeculativeConfig.method (vllm/config/speculative.py); a release without one has none.
+        "moe_backends": literal_values(getattr(kernel, "MoEBackend", None)),
+        "linear_backends": literal_values(getattr(kernel, "LinearBackend", None)),
+        "speculative_methods": literal_values(speculative.SpeculativeMethod),
+        # CacheConfig.cache_dtype's Literal: 0.34.0's --kv-cache-dtype has no argparse choices.
+        "kv_cache_dtypes": literal_values(cache.CacheDType),
         "CacheConfig": CacheConfig, "AttentionConfig": AttentionConfig, "CompilationConfig": CompilationConfig,
         "TypeAdapter": TypeAdapter, "ValidationError": ValidationError,
     }
+
+
+def literal_values(hint: Any) -> list[str]:
+    """The strings of a (nested) typing.Literal, in declaration order."""
+    if hint is None:
+        return []
+    out: list[str] = []
+    for arg in typing.get_args(hint):
+        for value in ([arg] if isinstance(arg, str) else literal_values(arg)):
+            if value not in out:
+                out.append(value)
+    return out
 
 
 def build_parser(vllm: dict[str, Any]) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
@@ -570,7 +717,9 @@ def build_parser(vllm: dict[str, Any]) -> tuple[argparse.ArgumentParser, argpars
     subparsers = top.add_subparsers(required=False, dest="subparser")
     serve = subparsers.add_parser("serve", usage="vllm serve [model_tag] [options]")
     serve = vllm["make_arg_parser"](serve)
-    serve.add_argument("--grpc", action="store_true", default=False)
+    if "--grpc" not in serve._option_string_actions:
+        # 0.19.1's subparser_init adds it; 0.34.0's make_arg_parser has it (common/cli_args.py).
+        serve.add_argument("--grpc", action="store_true", default=False)
     return top, serve
 
 
@@ -592,7 +741,9 @@ def type_name(func: Any) -> str | None:
     if qual == "EngineArgs.add_cli_args.<locals>.<lambda>":
         return "lower_underscore"  # `s.lower().replace("-", "_")` (arg_utils.py, --moe-backend)
     names = {"int": "int", "float": "float", "str": "str", "loads": "json", "human_readable_int": "human_int",
-             "human_readable_int_or_auto": "human_int_or_auto", "union_dict_and_str": "json_or_str"}
+             "human_readable_int_or_auto": "human_int_or_auto", "union_dict_and_str": "json_or_str",
+             # 0.34.0: `none` (any case) is the unset default (vllm/engine/arg_utils.py).
+             "parse_reasoning_parser": "reasoning_parser"}
     if qual not in names:
         raise SystemExit(f"unknown argparse type {qual}: teach the stand-in and this table about it")
     return names[qual]
@@ -615,7 +766,10 @@ def choices_of(action: argparse.Action) -> list[Any] | None:
 
 def action_row(action: argparse.Action) -> dict[str, Any]:
     kinds = {"_StoreAction": "store", "_StoreTrueAction": "store_true", "BooleanOptionalAction": "boolean",
-             "_AppendAction": "append", "_HelpAction": "help", "LoRAParserAction": "store"}
+             "_AppendAction": "append", "_HelpAction": "help", "LoRAParserAction": "store",
+             "EnableDisableAction": "enable_disable",
+             # 0.34.0: a store that warns (--log-config-file, vllm/engine/arg_utils.py).
+             "DeprecatedLogConfigFileAction": "store"}
     kind = kinds.get(type(action).__name__)
     if kind is None:
         raise SystemExit(f"unknown argparse action {type(action).__name__} for {action.option_strings}")
@@ -625,6 +779,13 @@ def action_row(action: argparse.Action) -> dict[str, Any]:
     if kind == "boolean":
         # BooleanOptionalAction adds the --no-* strings itself; keep the declared ones.
         row["options"] = [o for o in action.option_strings if not o.startswith("--no-")]
+    if kind == "enable_disable":
+        # vLLM 0.34.0 registers its EnableDisableAction for every BooleanOptionalAction
+        # (vllm/utils/argparse_utils.py): --enable-X pairs with --disable-X, and --no-X still works but is
+        # hidden (_register_action drops it from option_strings; the parser keeps it registered).
+        negative = action.negative_option_strings
+        row["options"] = [o for o in action.option_strings if o not in negative]
+        row["negative_options"] = sorted(negative)
     return row
 
 
@@ -732,6 +893,17 @@ def literal_shape(node: ast.AST) -> str:
     return "{}"
 
 
+def raised_by(tree: ast.AST, node: ast.AST) -> str | None:
+    """The exception a message is raised with (`raise ValueError(...)`, `assert ..., msg`)."""
+    for stmt in ast.walk(tree):
+        if isinstance(stmt, ast.Assert) and stmt.msg is not None and any(n is node for n in ast.walk(stmt.msg)):
+            return "AssertionError"
+        if isinstance(stmt, ast.Raise) and isinstance(stmt.exc, ast.Call) and isinstance(stmt.exc.func, ast.Name) \
+                and any(n is node for n in ast.walk(stmt.exc)):
+            return stmt.exc.func.id
+    return None
+
+
 def quote(source: Path, rel: str, anchor: str, template: str, within: str | None = None) -> dict[str, Any]:
     """The message's file and line; `within` names the function when the text occurs twice."""
     text = (source / rel).read_text()
@@ -747,7 +919,8 @@ def quote(source: Path, rel: str, anchor: str, template: str, within: str | None
             wanted = re.sub(r"(?<!\{)\{[a-z_]+\}(?!\})", "{}", template)
             if shape != wanted:
                 raise SystemExit(f"{rel}:{node.lineno}: upstream text changed:\n  {shape}\n  {wanted}")
-            return {"file": rel, "line": node.lineno, "template": template}
+            raises = raised_by(tree, node)
+            return {"file": rel, "line": node.lineno, "template": template, **({"raises": raises} if raises else {})}
     # Messages split over several literals (implicit concatenation makes one node).
     raise SystemExit(f"{rel}: no message containing {anchor!r}")
 
@@ -815,7 +988,8 @@ def engine_config_error(args: argparse.Namespace, vllm: dict[str, Any], data: di
         text = msgs["unknown-quantization"]["template"].format(name=args.quantization, choices=quants)
         return PYDANTIC.format(cls="ModelConfig") + "\n  Value error, " + text
     try:
-        vllm["CacheConfig"](gpu_memory_utilization=args.gpu_memory_utilization)
+        # cache_dtype: 0.34.0's --kv-cache-dtype has no argparse choices, CacheConfig's Literal refuses.
+        vllm["CacheConfig"](gpu_memory_utilization=args.gpu_memory_utilization, cache_dtype=args.kv_cache_dtype)
     except vllm["ValidationError"] as exc:
         return validation_error_text(exc)
     found = parallel_error(args, msgs)
@@ -835,17 +1009,24 @@ def parallel_error(args: argparse.Namespace, msgs: dict[str, Any]) -> str | None
     """The multi-node assertions of create_engine_config (vllm/engine/arg_utils.py), then
     ParallelConfig.__post_init__'s checks (vllm/config/parallel.py) on a CUDA box with
     GPUS_PER_NODE GPUs, in vLLM's order."""
+    def raised(name: str, **values: Any) -> str:
+        # 0.19.1 asserts, 0.34.0 raises ValueError: the table records which.
+        spec = msgs[name]
+        values = {"nnodes": args.nnodes, "backend": args.data_parallel_backend, "node_rank": args.node_rank,
+                  "max_rank": args.nnodes - 1, **values}
+        return f"{spec.get('raises', 'AssertionError')}: " + spec["template"].format(**values)
+
     def text(name: str, **values: Any) -> str:
         return msgs[name]["template"].format(**values)
 
     if args.data_parallel_backend != "mp" and args.nnodes != 1:
-        return "AssertionError: " + text("nnodes-data-parallel-backend")
+        return raised("nnodes-data-parallel-backend")
     world_size = args.data_parallel_size * args.pipeline_parallel_size * args.tensor_parallel_size
     if args.nnodes > 1:
         if world_size % args.nnodes:
-            return "AssertionError: " + text("nnodes-world-size", world_size=world_size, nnodes=args.nnodes)
-        if args.node_rank >= args.nnodes:
-            return "AssertionError: " + text("nnodes-node-rank", node_rank=args.node_rank, nnodes=args.nnodes)
+            return raised("nnodes-world-size", world_size=world_size)
+        if not 0 <= args.node_rank < args.nnodes:
+            return raised("nnodes-node-rank")
     per_dp = args.pipeline_parallel_size * args.tensor_parallel_size
     if args.distributed_executor_backend is None and per_dp * args.data_parallel_size > 1 and args.nnodes == 1 \
             and per_dp > GPUS_PER_NODE:
@@ -930,8 +1111,13 @@ def generate(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
             "load_formats": load_formats(source),
             "attention_backends": vllm["attention_backends"],
             "compilation_modes": vllm["compilation_modes"],
+            "moe_backends": vllm["moe_backends"],
+            "linear_backends": vllm["linear_backends"],
+            "speculative_methods": vllm["speculative_methods"],
+            "kv_cache_dtypes": vllm["kv_cache_dtypes"],
         },
-        "messages": {name: quote(source, *spec) for name, spec in MESSAGES.items()},
+        "allow_abbrev": vllm["parser_cls"](prog="vllm").allow_abbrev,
+        "messages": {name: quote(source, *spec) for name, spec in messages_of(version).items()},
         "torch_messages": torch_messages(source),
         "field_errors": field_errors(source, vllm),
         "pydantic": pydantic_wording(vllm),
@@ -945,7 +1131,6 @@ def generate(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
 # add_cli_args, vllm/benchmarks/datasets.py add_dataset_parser and the helpers it calls), so
 # reading the calls gives the real table; importing the module would pull in the multimodal
 # stack. Each option keeps its file:line so the stand-in can cite where a default comes from.
-BENCH_OUTPUT = HERE / "vllm_bench_serve.json"
 BENCH_ENTRY = (("vllm/benchmarks/serve.py", "add_cli_args"), ("vllm/benchmarks/datasets.py", "add_dataset_parser"))
 BENCH_TYPES = {"int": "int", "float": "float", "str": "str", "json.loads": "json"}
 BENCH_ACTIONS = {"store_true": "store_true", "_ValidateDatasetArgs": "store"}
@@ -1021,65 +1206,140 @@ def _bench_rows(source: Path, rel: str, func: str, funcs: _SourceModule) -> list
             "required": _bench_value(kw.get("required"), mod, funcs) or False,
             "file": rel, "line": node.lineno,
         })
-    return sorted(rows, key=lambda r: (r["file"], r["line"])) if func in dict(BENCH_ENTRY).values() else rows
+    return sorted(rows, key=lambda r: (r["file"], r["line"])) if func in dict(bench_entry(source)).values() else rows
+
+
+def bench_entry(source: Path) -> tuple[tuple[str, str], ...]:
+    """BENCH_ENTRY in this release: vLLM 0.34.0 moved datasets.py into a package
+    (vllm/benchmarks/datasets/datasets.py, re-exported by its __init__.py)."""
+    return tuple((rel if (source / rel).is_file() else rel.replace("datasets.py", "datasets/datasets.py"), func)
+                 for rel, func in BENCH_ENTRY)
 
 
 def bench_serve_table(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
     funcs = _SourceModule(source, "vllm/benchmarks/lib/endpoint_request_func.py")
     rows: list[dict[str, Any]] = []
-    for rel, func in BENCH_ENTRY:
+    for rel, func in bench_entry(source):
         rows += _bench_rows(source, rel, func, funcs)
     return {"generated_by": "tests/testbed/vllm-standin/generate.py", "vllm_version": version,
             "sdist_sha256": sdist_sha, "usage": "vllm bench serve [options]", "options": rows}
 
 
-# --- the diagnosis's copy: vLLM's texts as a module_utils file -----------------------------------
-# plugins/module_utils/vllm_diagnosis.py recognises vLLM's failures by these texts. It runs on the
-# controller and inside modules (AnsiballZ ships imported module_utils, not data files), so the
-# texts it needs are written as a Python module.
-MESSAGES_MODULE = HERE.parents[2] / "plugins" / "module_utils" / "vllm_messages.py"
+# --- the collection's copy: every supported release as a module_utils file -----------------------
+# plugins/module_utils/vllm_diagnosis.py recognises vLLM's failures by these texts, and
+# vllm_serve_check.py checks a `vllm serve` command line against a release's options and names.
+# They run on the controller and inside modules (AnsiballZ ships imported module_utils, not data
+# files), so the tables are written as a Python module, made from the committed
+# releases/<version>/vllm_serve.json of every SUPPORTED release.
+RELEASES_MODULE = HERE.parents[2] / "plugins" / "module_utils" / "vllm_releases.py"
 MODULE_HEADER = '''# Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# GENERATED by tests/testbed/vllm-standin/generate.py from the vLLM sdist on PyPI: do not edit.
-"""vLLM {version}'s failure texts, for vllm_diagnosis.py.
+# GENERATED by tests/testbed/vllm-standin/generate.py from each release's sdist on PyPI: do not edit.
+# ruff: noqa: E501 - one table row a line
+"""The vLLM releases the collection supports, as their sdists say (vllm-X.tar.gz on PyPI).
 
-MESSAGES: name -> (file in the vLLM source, line, template). The template is vLLM's message
-with each interpolated value as a {{field}}; generate.py checks its literal parts against the
-f-string at that line. FIELD_ERRORS: "Class.field" -> (file, line, {{pydantic error type:
-message}}), what pydantic says when vLLM's config class refuses the field's value (produced by
-running the class from the sdist).
+RELEASES: version -> {{
+  "sdist_sha256": the sdist the tables were made from,
+  "allow_abbrev": whether that release's FlexibleArgumentParser (vllm/utils/argparse_utils.py)
+      takes a unique prefix of an option (argparse's allow_abbrev),
+  "options": every `vllm serve` option string, short and --no-X forms too -> {{"dest", "nargs"
+      (0, 1, "?", "+", "*"), "choices" (a list, or None), and "convert" where the value is converted
+      first: "lower_underscore" (lower case, "-" -> "_"), "none_is_unset" ("none" unsets it)}}, from the
+      release's own parser,
+  "registries": names vLLM looks up at start-up (argparse has no choices for most):
+      quantization, tool_call_parsers, reasoning_parsers, load_formats, attention_backends,
+      moe_backends, linear_backends, speculative_methods, kv_cache_dtypes, compilation_modes,
+  "messages": name -> (file in the release's source, line, template): vLLM's message with each
+      interpolated value as a {{field}}; generate.py checks its literal parts against the source,
+  "field_errors": "Class.field" -> (file, line, {{pydantic error type: message}}), what pydantic
+      says when the release's config class refuses the field's value (produced by running it),
+}}
 """
 
 from __future__ import annotations
 
-VLLM_VERSION = "{version}"
-SDIST_SHA256 = "{sha}"
+from typing import Any
+
+SUPPORTED = {supported!r}
+DEFAULT = {default!r}
+
 '''
+
+# Converters that change a value before argparse compares it with the choices, or unset it.
+CONVERTS = {"lower_underscore": "lower_underscore", "reasoning_parser": "none_is_unset"}
+NARGS = {"store_true": 0, "boolean": 0, "enable_disable": 0, "store": 1, "append": 1}
+
+
+def compact_options(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every option string (declared, short, and BooleanOptionalAction's --no-X) -> dest, nargs, choices."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in table["options"]:
+        nargs = row["nargs"] if row["nargs"] is not None else NARGS[row["action"]]
+        convert = CONVERTS.get(str(row["type"]).removeprefix("optional:"))
+        for option in row["options"]:
+            out[option] = {"dest": row["dest"], "nargs": nargs, "choices": row["choices"],
+                           **({"convert": convert} if convert else {})}
+            if row["action"] == "boolean" and option.startswith("--"):
+                out["--no-" + option[2:]] = {"dest": row["dest"], "nargs": 0, "choices": None}
+        for option in row.get("negative_options", ()):
+            out[option] = {"dest": row["dest"], "nargs": 0, "choices": None}
+    return out
+
+
+def compact_release(table: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "sdist_sha256": table["sdist_sha256"],
+        "allow_abbrev": table["allow_abbrev"],
+        "options": compact_options(table),
+        "registries": table["registries"],
+        "messages": {name: (m["file"], m["line"], m["template"]) for name, m in table["messages"].items()},
+        "field_errors": {key: (f["file"], f["line"], f["messages"]) for key, f in table["field_errors"].items()},
+    }
+
+
+def py(value: Any, indent: str = "") -> str:
+    """A Python literal of JSON-like data, one line when it fits in 120 columns, else one item a line."""
+    flat = py_flat(value)
+    if len(indent) + len(flat) <= 110 or not isinstance(value, (dict, list, tuple)) or not value:
+        return flat if not isinstance(value, str) else _literal(value, indent)
+    inner = indent + "    "
+    if isinstance(value, dict):
+        items = [f"{inner}{json.dumps(k)}: {py(v, inner)}," for k, v in value.items()]
+        return "{\n" + "\n".join(items) + f"\n{indent}}}"
+    open_, close = ("[", "]") if isinstance(value, list) else ("(", ")")
+    return open_ + "\n" + "\n".join(f"{inner}{py(v, inner)}," for v in value) + f"\n{indent}{close}"
+
+
+def py_flat(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {py_flat(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(py_flat(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(py_flat(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    return json.dumps(value)
 
 
 def _literal(text: str, indent: str) -> str:
     """A string literal, split into lines of at most ~100 characters (implicit concatenation)."""
     # DOTALL: a message of several lines keeps its newlines.
     chunks = re.findall(r"(?s).{1,80}(?: |$)|.{1,80}", text) or [""]
-    if len(chunks) == 1:
+    if len(chunks) == 1 or len(indent) + len(json.dumps(text)) <= 110:
         return json.dumps(text)
     return "(\n" + "".join(f"{indent}    {json.dumps(c)}\n" for c in chunks) + f"{indent})"
 
 
-def messages_module(data: dict[str, Any]) -> str:
-    out = [MODULE_HEADER.format(version=data["vllm_version"], sha=data["sdist_sha256"]),
-           "MESSAGES: dict[str, tuple[str, int, str]] = {"]
-    for name, spec in data["messages"].items():
-        out += [f'    "{name}": (', f'        "{spec["file"]}", {spec["line"]},',
-                f'        {_literal(spec["template"], "        ")},', "    ),"]
-    out += ["}", "", "FIELD_ERRORS: dict[str, tuple[str, int, dict[str, str]]] = {"]
-    for key, spec in data["field_errors"].items():
-        texts = [f"            {json.dumps(k)}: {json.dumps(v)}," for k, v in spec["messages"].items()]
-        out += [f'    "{key}": (', f'        "{spec["file"]}", {spec["line"]},',
-                *(["        {", *texts, "        },"] if texts else ["        {},"]), "    ),"]
-    out.append("}")
-    return "\n".join(out) + "\n"
+def releases_module(tables: dict[str, dict[str, Any]]) -> str:
+    body = {version: compact_release(table) for version, table in tables.items()}
+    return (MODULE_HEADER.format(supported=tuple(tables), default=DEFAULT)
+            + f"RELEASES: dict[str, dict[str, Any]] = {py(body)}\n")
+
+
+def release_dir(version: str) -> Path:
+    return RELEASES_DIR / version
 
 
 def write_or_check(path: Path, data: dict[str, Any] | str, check: bool) -> bool:
@@ -1088,34 +1348,65 @@ def write_or_check(path: Path, data: dict[str, Any] | str, check: bool) -> bool:
         same = path.is_file() and path.read_text(encoding="utf-8") == text
         print(f"{path}: {'up to date' if same else 'DIFFERS from the source'}")
         return same
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return True
 
 
-def main() -> int:
-    cli = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    cli.add_argument("--version", default=DEFAULT_VERSION, help="vLLM release (default %(default)s)")
-    cli.add_argument("--sdist", type=Path, help="a downloaded vllm-X.tar.gz instead of fetching it")
-    cli.add_argument("--output", type=Path, default=OUTPUT)
-    cli.add_argument("--bench-output", type=Path, default=BENCH_OUTPUT)
-    cli.add_argument("--messages-output", type=Path, default=MESSAGES_MODULE)
-    cli.add_argument("--bench-only", action="store_true",
-                     help="only the `vllm bench serve` table (read from the source, no imports)")
-    cli.add_argument("--check", action="store_true", help="fail if the committed file differs")
-    opts = cli.parse_args()
+def committed_tables() -> dict[str, dict[str, Any]]:
+    """The committed vllm_serve.json of every SUPPORTED release, in SUPPORTED's order."""
+    tables = {}
+    for version in SUPPORTED:
+        path = release_dir(version) / "vllm_serve.json"
+        if not path.is_file():
+            raise SystemExit(f"{path} is missing: run generate.py --version {version} first")
+        tables[version] = json.loads(path.read_text(encoding="utf-8"))
+    return tables
+
+
+def regenerate(version: str, sdist: Path | None, out_dir: Path, bench_only: bool = False,
+               check: bool = False) -> bool:
+    """Write (or with check, compare) `version`'s tables in out_dir; True when all are as committed."""
     with tempfile.TemporaryDirectory() as tmp:
-        sdist = opts.sdist or fetch_sdist(opts.version, Path(tmp))
-        version = re.sub(r"^vllm-|\.tar\.gz$", "", sdist.name)
+        sdist = sdist or fetch_sdist(version, Path(tmp))
+        found = re.sub(r"^vllm-|\.tar\.gz$", "", sdist.name)
+        if found != version:
+            raise SystemExit(f"{sdist} is vLLM {found}, not {version}")
         sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
         source = unpack(sdist, Path(tmp))
         bench = bench_serve_table(source, sha, version)
-        data = None if opts.bench_only else generate(source, sha, version)
-    ok = write_or_check(opts.bench_output, bench, opts.check)
+        data = None if bench_only else generate(source, sha, version)
+    ok = write_or_check(out_dir / "vllm_bench_serve.json", bench, check)
+    print(f"{out_dir / 'vllm_bench_serve.json'}: {len(bench['options'])} `vllm bench serve` options "
+          f"from vLLM {version}")
     if data is not None:
-        ok = write_or_check(opts.output, data, opts.check) and ok
-        ok = write_or_check(opts.messages_output, messages_module(data), opts.check) and ok
-        print(f"{opts.output}: {len(data['options'])} options, {len(data['cases'])} cases from vLLM {version}")
-    print(f"{opts.bench_output}: {len(bench['options'])} `vllm bench serve` options from vLLM {version}")
+        ok = write_or_check(out_dir / "vllm_serve.json", data, check) and ok
+        print(f"{out_dir / 'vllm_serve.json'}: {len(data['options'])} options, {len(data['cases'])} cases "
+              f"from vLLM {version}")
+    return ok
+
+
+def main() -> int:
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    cli.add_argument("--version", default=None,
+                     help=f"vLLM release (default: every supported one, {', '.join(SUPPORTED)})")
+    cli.add_argument("--sdist", type=Path, help="a downloaded vllm-X.tar.gz instead of fetching it")
+    cli.add_argument("--output-dir", type=Path, help="where the tables go (default releases/<version>/)")
+    cli.add_argument("--bench-only", action="store_true",
+                     help="only the `vllm bench serve` table (read from the source, no imports)")
+    cli.add_argument("--module-only", action="store_true",
+                     help=f"only {RELEASES_MODULE.name}, from the committed tables")
+    cli.add_argument("--check", action="store_true", help="fail if the committed files differ")
+    opts = cli.parse_args()
+    if opts.sdist and not opts.version:
+        opts.version = re.sub(r"^vllm-|\.tar\.gz$", "", opts.sdist.name)
+    versions = [opts.version] if opts.version else ([] if opts.module_only else list(SUPPORTED))
+    ok = True
+    for version in versions:
+        ok = regenerate(version, opts.sdist, opts.output_dir or release_dir(version), opts.bench_only,
+                        opts.check) and ok
+    if not opts.output_dir and not opts.bench_only:
+        ok = write_or_check(RELEASES_MODULE, releases_module(committed_tables()), opts.check) and ok
     return 0 if ok else 1
 
 

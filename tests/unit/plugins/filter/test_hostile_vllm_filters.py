@@ -113,3 +113,16 @@ def test_property_diagnose_any_log_gives_a_list_or_a_clear_error(log):
         return
     assert isinstance(found, list)
     assert all(isinstance(item["message"], str) for item in found)
+
+
+def test_vllm_diagnose_reads_the_log_in_the_releases_words():
+    # vLLM 0.19.1 asserts the node rank (vllm/engine/arg_utils.py); 0.34.0 says it otherwise.
+    old = "AssertionError: node_rank=2 must be less than nnodes=2."
+    assert [f["key"] for f in vllm_diagnose(old, release="0.19.1")] == ["parallel-layout"]
+    assert vllm_diagnose(old, release="0.34.0") == []
+    assert vllm_diagnose(old) == []
+
+
+def test_vllm_diagnose_refuses_a_release_it_has_no_texts_for():
+    with pytest.raises(AnsibleFilterError, match=r"vLLM release '0\.20\.0' is not supported.*0\.19\.1, 0\.34\.0"):
+        vllm_diagnose("x", release="0.20.0")

@@ -12,12 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import (
-    KNOWN_FAILURES,
-    diagnose,
-    summarize,
-)
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_messages import MESSAGES
+from ansible_collections.sparkfleet.serving.plugins.module_utils import vllm_diagnosis
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import known_failures
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, RELEASES, SUPPORTED
+
+# The excerpts below are vLLM 0.19.1's (the release the seeds and most field reports ran); the
+# tests of 0.34.0's own words are further down.
+OLD = "0.19.1"
+NEW = "0.34.0"
+KNOWN_FAILURES = known_failures(OLD)
+MESSAGES = RELEASES[OLD]["messages"]
+
+
+def diagnose(log: object, exit_code: int | None = None, release: str = OLD) -> list[dict[str, object]]:
+    return vllm_diagnosis.diagnose(log, exit_code, release)
+
+
+def summarize(log: object, tail: list[str] | None = None, exit_code: int | None = None, release: str = OLD) -> str:
+    return vllm_diagnosis.summarize(log, tail, exit_code, release)
 
 OOM = "\n".join([
     '(EngineCore_DP0 pid=312) INFO 11-29 10:02:11 [gpu_model_runner.py:2653] Model loading took 34.86 GiB'
@@ -496,12 +508,13 @@ def test_unknown_value_of_a_known_flag_is_an_argument_error_too():
     assert diagnose(log)[0]["key"] == "invalid-arguments"
 
 
-def test_no_advice_names_a_variable_the_role_does_not_have():
+@pytest.mark.parametrize("release", SUPPORTED)
+def test_no_advice_names_a_variable_the_role_does_not_have(release: str):
     # The role's variables are the keys of its argument spec (roles/vllm/meta/argument_specs.yml).
     spec = Path(__file__).resolve().parents[4] / "roles" / "vllm" / "meta" / "argument_specs.yml"
     options = set(re.findall(r"^      (vllm_\w+):", spec.read_text(encoding="utf-8"), re.MULTILINE))
     assert options, "no vllm_* option found in the argument spec"
-    for failure in KNOWN_FAILURES:
+    for failure in known_failures(release):
         named = set(failure.variables) | set(re.findall(r"\bvllm_[a-z_]+", failure.advice))
         assert named <= options, (failure.key, named - options)
 
@@ -526,8 +539,10 @@ def test_another_cache_config_field_is_not_the_utilization_diagnosis():
     assert [f["key"] for f in diagnose(other)] == []
 
 
-def test_patterns_made_from_vllms_texts_match_their_templates():
-    """Each message the diagnosis builds from vllm_messages.py, formatted with sample values, is found."""
+@pytest.mark.parametrize("release", SUPPORTED)
+def test_patterns_made_from_vllms_texts_match_their_templates(release: str):
+    """Each message the diagnosis builds from vllm_releases.py, formatted with sample values, is found
+    in a log of its own release."""
     samples = {
         "reasoning-parser-not-found": "invalid-reasoning-parser",
         "reasoning-parser-not-registered": "invalid-reasoning-parser",
@@ -544,7 +559,68 @@ def test_patterns_made_from_vllms_texts_match_their_templates():
         "headless-api-server-count": "headless-api-server-count",
     }
     for name, key in samples.items():
-        file, line, template = MESSAGES[name]
+        file, line, template = RELEASES[release]["messages"][name]
         assert file.startswith("vllm/") and line > 0, name
         fields = {f: "x_1" for f in re.findall(r"(?<!\{)\{(\w+)\}(?!\})", template)}
-        assert diagnose(f"ValueError: {template.format(**fields)}")[0]["key"] == key, name
+        assert diagnose(f"ValueError: {template.format(**fields)}", release=release)[0]["key"] == key, name
+
+
+# --- vLLM 0.34.0's own words (vllm-0.34.0 sdist, path:line in vllm_releases.py) -------------------
+# vllm/engine/arg_utils.py: the multi-node checks became ValueErrors with new words.
+NNODES_WORLD_SIZE_034 = (
+    "(APIServer pid=1) ValueError: Invalid data-parallel launch options: `--nnodes 3` must evenly divide the "
+    "total world size (2). Adjust `--nnodes`, `--data-parallel-size`, `--pipeline-parallel-size`, "
+    "`--tensor-parallel-size`, or `--prefill-context-parallel-size`.")
+NNODES_BACKEND_034 = (
+    "(APIServer pid=1) ValueError: Invalid data-parallel launch options: `--nnodes 2` requires "
+    "`--data-parallel-backend mp`; got `--data-parallel-backend ray`. Use the MP backend or set `--nnodes 1`.")
+# vllm/v1/core/kv_cache_planning.py: the KV cache checks moved there, the advice became a hint
+# (_more_kv_cache_memory_hint, its text without the extensible KV cache).
+NO_KV_MEMORY_034 = (
+    "(EngineCore pid=312) ValueError: No available memory for the cache blocks. Try increasing "
+    "`gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on "
+    "the CPU backend, despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for "
+    "more details.")
+
+
+def test_the_default_release_is_the_newest_supported():
+    assert DEFAULT == NEW and SUPPORTED == (OLD, NEW)
+    assert vllm_diagnosis.diagnose(NNODES_WORLD_SIZE_034)[0]["key"] == "parallel-layout"
+
+
+@pytest.mark.parametrize(("log", "key"), [
+    (NNODES_WORLD_SIZE_034, "parallel-layout"),
+    (NNODES_BACKEND_034, "multi-node-backend"),
+    (NO_KV_MEMORY_034, "no-kv-cache-memory"),
+])
+def test_a_release_is_diagnosed_in_its_own_words(log: str, key: str):
+    assert [f["key"] for f in vllm_diagnosis.diagnose(log, release=NEW)] == [key]
+
+
+def test_a_text_the_release_changed_is_not_read_in_the_other_releases_words():
+    # 0.19.1's assertion, "world_size=2 must be divisible by nnodes=3.", is not 0.34.0's text.
+    old = "(APIServer pid=1) AssertionError: world_size=2 must be divisible by nnodes=3."
+    assert [f["key"] for f in vllm_diagnosis.diagnose(old, release=OLD)] == ["parallel-layout"]
+    assert vllm_diagnosis.diagnose(old, release=NEW) == []
+    assert vllm_diagnosis.diagnose(NNODES_WORLD_SIZE_034, release=OLD) == []
+
+
+def test_a_failure_whose_message_the_release_lacks_is_not_looked_for():
+    # 0.34.0's VllmConfig no longer asserts the Mamba align-mode block size (vllm/config/vllm.py).
+    assert "mamba-align-block-size" not in RELEASES[NEW]["messages"]
+    assert "mamba-block-size" not in {f.key for f in known_failures(NEW)}
+    assert vllm_diagnosis.diagnose(MAMBA, release=NEW) == []
+
+
+def test_nvfp4_on_gb10_is_a_failure_of_releases_before_0_28_only():
+    assert "nvfp4-illegal-instruction" in {f.key for f in known_failures(OLD)}
+    assert "nvfp4-illegal-instruction" not in {f.key for f in known_failures(NEW)}
+    assert vllm_diagnosis.nvfp4_crashes_on_gb10("0.27.9") and not vllm_diagnosis.nvfp4_crashes_on_gb10("0.28.0")
+    assert vllm_diagnosis.nvfp4_crashes_on_gb10(None)
+
+
+def test_an_unknown_release_is_refused_with_the_supported_ones():
+    with pytest.raises(ValueError, match=r"0\.20\.0.*0\.19\.1, 0\.34\.0"):
+        vllm_diagnosis.diagnose("x", release="0.20.0")
+    with pytest.raises(ValueError, match=r"0\.19\.1, 0\.34\.0"):
+        vllm_diagnosis.summarize("x", release="latest")

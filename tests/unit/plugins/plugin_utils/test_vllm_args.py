@@ -90,7 +90,8 @@ def test_the_parallel_layout_in_extra_args_is_refused_with_the_roles_variables(e
 
 def test_the_layout_flags_are_vllms_own_with_their_short_forms():
     """LAYOUT_FLAGS against the stand-in's table, generated from vLLM 0.19.1's sdist."""
-    table_path = Path(__file__).resolve().parents[3] / "testbed" / "vllm-standin" / "vllm_serve.json"
+    table_path = Path(__file__).resolve().parents[3] / "testbed" / "vllm-standin" / "releases" / "0.19.1"
+    table_path /= "vllm_serve.json"
     table = json.loads(table_path.read_text())
     aliases = {option["options"][0]: option["options"][1:] for option in table["options"]}
     assert {flag: ([short] if short else []) for flag, short in LAYOUT_FLAGS.items()} == {
