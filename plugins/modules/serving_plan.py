@@ -137,6 +137,11 @@ options:
         and one whose share passes O(watchdog_steady_percent), printing the figures. Quantised weights are then
         sized by this budget rather than O(min_free_after_weights_bytes), which was measured with BF16 weights.
     type: dict
+  release:
+    description:
+      - The vLLM release the image runs (the vllm role's O(vllm_release)), for the rules that differ by release
+        (NVFP4 on the GB10 crashed before vLLM 0.28.0). Not given, those rules warn as for an unknown release.
+    type: str
   watchdog_steady_percent:
     description:
       - The memory watchdog's steady threshold (percent of MemTotal) - vLLM's share plus what the OS keeps must
@@ -471,6 +476,7 @@ def plan(module: AnsibleModule) -> tuple[dict, dict]:
     settings["max_model_len"] = vllm_length(params["max_model_len"], "max_model_len")
     settings["model_config"], settings["weights_on_disk_bytes"] = read_model_dir(params["model_path"])
     settings.update(recipe_budget(params.get("recipe")))
+    settings["release"] = params["release"]
     if params["watchdog_steady_percent"] is not None:
         thresholds["watchdog_steady_percent"] = params["watchdog_steady_percent"]
     facts = box_facts(module)
@@ -509,6 +515,7 @@ def main() -> None:
             "fail_on_error": {"type": "bool", "default": True},
             "settings": {"type": "dict"},
             "recipe": {"type": "dict"},
+            "release": {"type": "str"},
             "watchdog_steady_percent": {"type": "float"},
         },
         mutually_exclusive=[["settings", name] for name in FROM_SETTINGS],

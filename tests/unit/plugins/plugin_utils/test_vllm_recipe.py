@@ -13,6 +13,8 @@ import pytest
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.model_architecture import GIB
 from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import check_plan
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, SUPPORTED
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_serve_check import check_serve_argv
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils import vllm_recipe
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_args import build_serve_args
 
@@ -174,3 +176,31 @@ def test_a_recipe_of_ones_own_is_read_from_its_path(tmp_path: Path) -> None:
         vllm_recipe.load("no-such-recipe")
     with pytest.raises(vllm_recipe.RecipeError, match="no such file on the controller"):
         vllm_recipe.load(str(tmp_path / "absent.yml"))
+
+
+def recipe_argv(name: str, mem_total: int = BIG) -> list[str]:
+    recipe = vllm_recipe.load(name)
+    return build_serve_args(serve_settings(vllm_recipe.for_box(recipe, mem_total), recipe))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_recipe_is_accepted_by_the_parser_of_each_release_it_names(name: str) -> None:
+    """The command line each recipe makes, through the option table and registries generated from the release's
+    sdist (vllm_releases.py): the release's own argparse rules and the names it looks up at start-up."""
+    recipe = vllm_recipe.load(name)
+    for release in recipe["releases"]:
+        assert release in SUPPORTED, f"{name}: release {release} has no tables (supported: {SUPPORTED})"
+        assert check_serve_argv(release, recipe_argv(name)) == [], release
+
+
+def test_the_default_recipe_keeps_its_command_line_on_the_newest_release() -> None:
+    """No flag of the default recipe was renamed or dropped between 0.19.1 and the default release."""
+    argv = recipe_argv("qwen3.5-35b-a3b-fp8")
+    assert check_serve_argv("0.19.1", argv) == []
+    assert check_serve_argv(DEFAULT, argv) == []
+
+
+def test_a_recipe_flag_the_release_lacks_is_refused_naming_the_release() -> None:
+    argv = [*recipe_argv("qwen3.8-27b-nvfp4"), "--speculative-config", '{"method": "dspark", "model": "/draft"}']
+    errors = check_serve_argv("0.19.1", argv)
+    assert errors and "vLLM 0.19.1" in errors[0] and "dspark" in errors[0]
