@@ -31,9 +31,9 @@ def test_three_boxes_in_the_spark_group(inventory: dict):
     assert inventory["spark"]["hosts"] == ["spark-01", "spark-02", "spark-03"]
 
 
-def test_the_fp8_profile_the_vault_key_and_one_override(inventory: dict):
+def test_the_fp8_recipe_the_vault_key_and_one_override(inventory: dict):
     hostvars = inventory["_meta"]["hostvars"]
-    assert {h: v["vllm_profile"] for h, v in hostvars.items()} == {
+    assert {h: v["vllm_recipe"] for h, v in hostvars.items()} == {
         "spark-01": "qwen3.5-35b-a3b-fp8", "spark-02": "qwen3.5-35b-a3b-fp8", "spark-03": "qwen3.5-35b-a3b-fp8-long"}
     assert all(v["vllm_api_key"] == "{{ vault_vllm_api_key }}" for v in hostvars.values())
     # The .example file documents the vault; Ansible must not read its placeholder key.
