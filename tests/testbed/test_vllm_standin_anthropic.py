@@ -74,8 +74,8 @@ def test_a_message_as_vllm_answers_it(box: Box):
     # exclude_none (api_router.py:86-89): no stop_sequence, no cache counts; the chat completion's id.
     assert set(body) == {"id", "type", "role", "content", "model", "stop_reason", "usage"}
     assert body["id"].startswith("chatcmpl-")
-    assert (body["type"], body["role"], body["model"], body["stop_reason"]) == ("message", "assistant", SERVED,
-                                                                                 "end_turn")
+    expected = ("message", "assistant", SERVED, "end_turn")
+    assert (body["type"], body["role"], body["model"], body["stop_reason"]) == expected
     thinking, text = body["content"]
     assert thinking["type"] == "thinking" and len(thinking["signature"]) == 32
     assert text == {"type": "text", "text": REPLY}
@@ -86,7 +86,7 @@ def test_a_streamed_message_is_vllms_event_sequence(box: Box):
     status, text = box.post_text("/v1/messages", {**ASK, "max_tokens": 3, "stream": True})
     assert status == 200
     seq = events(text)
-    assert [name for name, _ in seq] == [
+    assert [name for name, _data in seq] == [
         "message_start", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
         "content_block_start", "content_block_delta", "content_block_delta", "content_block_delta",
         "content_block_stop", "message_delta", "message_stop"]
