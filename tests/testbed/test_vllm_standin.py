@@ -429,7 +429,9 @@ def test_the_responses_and_anthropic_messages_apis_answer_with_the_key(server: S
                                                    "messages": [{"role": "user", "content": "Hello Anthropic"}]})
     message = json.loads(text)
     assert status == 200 and message["type"] == "message" and message["stop_reason"] == "end_turn"
-    assert "Anthropic" in message["content"][0]["text"]
+    # With --reasoning-parser a thinking block comes first (vllm/entrypoints/anthropic/serving.py:459-473).
+    assert [b["type"] for b in message["content"]] == ["thinking", "text"]
+    assert "Anthropic" in message["content"][1]["text"]
     assert server.request("/v1/responses", {"model": SERVED, "input": "x"}, key=None)[0] == 401
     # Paths vLLM serves elsewhere (/tokenize) or only for other tasks (audio, pooling): its 404.
     for path in ("/v1/tokenize", "/v1/audio/transcriptions", "/v1/embeddings"):
