@@ -261,6 +261,10 @@ RELEASE_MESSAGES: dict[str, dict[str, tuple[str, ...] | None]] = {
         # VllmConfig no longer asserts the aligned block size (vllm/config/vllm.py keeps only the
         # chunked-MM-input assertion of align mode).
         "mamba-align-block-size": None,
+        # --kv-cache-dtype lost its argparse choices: CacheConfig's validator refuses an unknown name.
+        "invalid-kv-cache-dtype": (
+            "vllm/config/cache.py", "Invalid kv_cache_dtype: ",
+            "Invalid kv_cache_dtype: {name}. Valid values are: {valid}"),
         # The multi-node assertions became ValueErrors with other words (EngineArgs.create_engine_config).
         "nnodes-data-parallel-backend": (
             "vllm/engine/arg_utils.py", "` requires `--data-parallel-backend mp`; got ",
