@@ -2002,6 +2002,7 @@ RELEASES: dict[str, dict[str, Any]] = {
                 20,
                 "EngineCore encountered an issue. See stack trace (above) for the root cause.",
             ),
+            "invalid-kv-cache-dtype": ("vllm/config/cache.py", 508, "Invalid kv_cache_dtype: {name}. Valid values are: {valid}"),
         },
         "field_errors": {
             "CacheConfig.gpu_memory_utilization": (

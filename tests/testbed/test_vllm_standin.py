@@ -1,7 +1,9 @@
 """The vLLM stand-in must parse vLLM's command line, fail like vLLM and speak its API.
 
-The command-line expectations are not written here: generate.py ran vLLM 0.19.1's own
-parser over every case and recorded the outcome in vllm-standin/vllm_serve.json.
+The command-line expectations are not written here: generate.py ran each supported release's own
+parser (vLLM 0.19.1 and 0.34.0) over every case and recorded the outcome in
+vllm-standin/releases/<version>/vllm_serve.json; the stand-in plays one release at a time
+(VLLM_STANDIN_RELEASE, default 0.19.1, the release of sparkfleet-sim/vllm-openai:standin).
 """
 
 from __future__ import annotations
@@ -28,8 +30,12 @@ import pytest
 
 STANDIN_DIR = Path(__file__).resolve().parent / "vllm-standin"
 STANDIN = STANDIN_DIR / "vllm"
-DATA = json.loads((STANDIN_DIR / "releases" / "0.19.1" / "vllm_serve.json").read_text(encoding="utf-8"))
-CASES = DATA["cases"]
+RELEASES = ("0.19.1", "0.34.0")
+DEFAULT_RELEASE = "0.19.1"
+TABLES = {release: json.loads((STANDIN_DIR / "releases" / release / "vllm_serve.json").read_text(encoding="utf-8"))
+          for release in RELEASES}
+DATA = TABLES[DEFAULT_RELEASE]
+CASES = [(release, case) for release in RELEASES for case in TABLES[release]["cases"]]
 SERVED = "qwen3.5-35b"
 KEY = "sk-test-key"
 STABLE_FLAGS = [
@@ -122,8 +128,9 @@ def server(model: Path):
 
 # --- the command line ---------------------------------------------------------------------
 
-def case_id(case: dict) -> str:
-    return " ".join(case["argv"])[:60]
+def case_id(release_case: tuple[str, dict]) -> str:
+    release, case = release_case
+    return f"{release} " + " ".join(case["argv"])[:60]
 
 
 def exception_lines(output: str) -> list[str]:
@@ -142,14 +149,33 @@ def plain_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return model
 
 
-@pytest.fixture(scope="module")
-def standin() -> ModuleType:
-    """The stand-in as a module: its main() runs each case in-process (90 interpreter
-    starts would cost more than the rest of this file)."""
-    loader = importlib.machinery.SourceFileLoader("vllm_standin", str(STANDIN))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("vllm_standin", loader))
-    loader.exec_module(module)
+def load_standin(release: str) -> ModuleType:
+    """The stand-in as a module playing `release` (it reads VLLM_STANDIN_RELEASE when imported)."""
+    name = "vllm_standin_" + release.replace(".", "_")
+    loader = importlib.machinery.SourceFileLoader(name, str(STANDIN))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    saved = os.environ.get("VLLM_STANDIN_RELEASE")
+    os.environ["VLLM_STANDIN_RELEASE"] = release
+    try:
+        loader.exec_module(module)
+    finally:
+        if saved is None:
+            del os.environ["VLLM_STANDIN_RELEASE"]
+        else:
+            os.environ["VLLM_STANDIN_RELEASE"] = saved
     return module
+
+
+@pytest.fixture(scope="module")
+def standins() -> dict[str, ModuleType]:
+    """The stand-in as a module per release: its main() runs each case in-process (300 interpreter
+    starts would cost more than the rest of this file)."""
+    return {release: load_standin(release) for release in RELEASES}
+
+
+@pytest.fixture(scope="module")
+def standin(standins: dict[str, ModuleType]) -> ModuleType:
+    return standins[DEFAULT_RELEASE]
 
 
 def run_in_process(standin: ModuleType, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
@@ -166,11 +192,12 @@ def run_in_process(standin: ModuleType, argv: list[str], monkeypatch: pytest.Mon
     return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
-def test_command_line_fares_as_under_vllms_own_parser(standin: ModuleType, plain_model: Path, case: dict,
-                                                      monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("release_case", CASES, ids=[case_id(c) for c in CASES])
+def test_command_line_fares_as_under_vllms_own_parser(standins: dict[str, ModuleType], plain_model: Path,
+                                                      release_case: tuple[str, dict], monkeypatch: pytest.MonkeyPatch):
+    release, case = release_case
     argv = [str(plain_model) if a == "/model" else a.replace("=/model", f"={plain_model}") for a in case["argv"]]
-    result = run_in_process(standin, argv, monkeypatch)
+    result = run_in_process(standins[release], argv, monkeypatch)
     lines = exception_lines(result.stdout + result.stderr)
     assert result.returncode == case["exit"], result.stdout + result.stderr
     if case["stage"] == "accepted":
@@ -207,7 +234,7 @@ def same_detail_line(expected: str, got: str) -> bool:
 def test_the_cases_cover_what_the_old_stand_in_got_wrong():
     """The command lines a hand-written stand-in judged differently from vLLM 0.19.1, with
     the verdict of vLLM's own parser (from the generated data, not written here)."""
-    verdict = {tuple(c["argv"]): c for c in CASES}
+    verdict = {tuple(c["argv"]): c for c in DATA["cases"]}
     refused = {
         ("/model", "--swap-space", "4"): ("argparse", "vllm: error: unrecognized arguments: --swap-space 4"),
         ("/model", "-O", '{"level": 3}'): ("argparse", "vllm: error: unrecognized arguments"),
@@ -235,21 +262,23 @@ def test_the_cases_cover_what_the_old_stand_in_got_wrong():
     ]
     for argv in accepted:
         assert verdict[argv]["stage"] == "accepted", argv
-    assert len(CASES) >= 60
+    assert len(DATA["cases"]) >= 60
 
 
-def test_unknown_names_have_no_argparse_choices():
+@pytest.mark.parametrize("release", RELEASES)
+def test_unknown_names_have_no_argparse_choices(release: str):
     """Parser, quantization and load-format names are checked at start-up, from registries."""
-    options = {row["dest"]: row for row in DATA["options"]}
+    options = {row["dest"]: row for row in TABLES[release]["options"]}
     for dest in ("tool_call_parser", "reasoning_parser", "quantization", "load_format"):
         assert options[dest]["choices"] is None, dest
-    registries = DATA["registries"]
+    registries = TABLES[release]["registries"]
     assert "qwen3_coder" in registries["tool_call_parsers"] and "qwen3" in registries["reasoning_parsers"]
     assert "fp8" in registries["quantization"] and "safetensors" in registries["load_formats"]
 
 
-def test_every_quoted_message_names_its_upstream_line():
-    for name, spec in DATA["messages"].items():
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_quoted_message_names_its_upstream_line(release: str):
+    for name, spec in TABLES[release]["messages"].items():
         assert spec["file"].startswith("vllm/") and spec["file"].endswith(".py"), name
         assert spec["line"] > 0 and spec["template"], name
 
@@ -755,11 +784,38 @@ FORCED = {
 }
 
 
-@pytest.mark.parametrize("name", list(FORCED))
-def test_forced_failure_prints_vllms_text(model: Path, name: str):
-    result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_FAIL": name})
+# What 0.34.0 says otherwise (vllm/v1/core/kv_cache_planning.py), and the failures it cannot have: no
+# Mamba align-mode block-size assertion any more, NVFP4 kernels that run on GB10 (from 0.28.0).
+FORCED_BY_RELEASE = {"0.19.1": FORCED, "0.34.0": {
+    **{k: v for k, v in FORCED.items() if k not in ("mamba-block-size", "nvfp4-illegal-instruction")},
+    "kv-cache-too-small": "To serve at least one request with the model's max seq len (16384)"}}
+FORCED_CASES = [(release, name) for release in RELEASES for name in FORCED_BY_RELEASE[release]]
+
+
+@pytest.mark.parametrize(("release", "name"), FORCED_CASES)
+def test_forced_failure_prints_vllms_text(model: Path, release: str, name: str):
+    result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_FAIL": name, "VLLM_STANDIN_RELEASE": release})
     assert result.returncode == (135 if name == "shm" else 1)
-    assert FORCED[name] in result.stdout
+    assert FORCED_BY_RELEASE[release][name] in result.stdout
+
+
+@pytest.mark.parametrize("name", sorted(set(FORCED) - set(FORCED_BY_RELEASE["0.34.0"])))
+def test_a_failure_the_release_cannot_have_is_not_forced(model: Path, name: str):
+    result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_FAIL": name, "VLLM_STANDIN_RELEASE": "0.34.0"})
+    assert result.returncode == 1 and f"vLLM 0.34.0 has no failure '{name}'" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_version_is_the_release(release: str):
+    result = subprocess.run([sys.executable, str(STANDIN), "--version"], capture_output=True, text=True, timeout=30,
+                            env={**clean_env(), "VLLM_STANDIN_RELEASE": release}, check=False)
+    assert (result.returncode, result.stdout) == (0, release + "\n")
+
+
+def test_an_unknown_release_is_refused():
+    result = subprocess.run([sys.executable, str(STANDIN), "--version"], capture_output=True, text=True, timeout=30,
+                            env={**clean_env(), "VLLM_STANDIN_RELEASE": "0.20.0"}, check=False)
+    assert result.returncode != 0 and "run generate.py --version 0.20.0" in result.stderr
 
 
 def test_every_failure_the_stand_in_knows_is_tested():
@@ -768,13 +824,11 @@ def test_every_failure_the_stand_in_knows_is_tested():
     assert sorted(names) == sorted(FORCED)
 
 
-@pytest.mark.parametrize("name", list(FORCED))
-def test_forced_failure_is_diagnosed_as_itself(model: Path, name: str):
+@pytest.mark.parametrize(("release", "name"), FORCED_CASES)
+def test_forced_failure_is_diagnosed_as_itself(model: Path, release: str, name: str):
     diagnosis = load_diagnosis()
-    release = DATA["vllm_version"]
-    if name not in {failure.key for failure in diagnosis.known_failures(release)}:
-        pytest.skip(f"plugins/module_utils/vllm_diagnosis.py has no {name!r} diagnosis for vLLM {release}")
-    result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_FAIL": name})
+    assert name in {failure.key for failure in diagnosis.known_failures(release)}
+    result = run([str(model), *STABLE_FLAGS], env={"VLLM_STANDIN_FAIL": name, "VLLM_STANDIN_RELEASE": release})
     assert result.returncode != 0
     found = diagnosis.diagnose(result.stdout, exit_code=result.returncode, release=release)
     assert found and found[0]["key"] == name
@@ -820,12 +874,12 @@ REFUSED = {
 }
 
 
+@pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("key", list(REFUSED))
-def test_refused_command_line_is_diagnosed(standin: ModuleType, plain_model: Path, key: str,
-                                           monkeypatch: pytest.MonkeyPatch):
+def test_refused_command_line_is_diagnosed(standins: dict[str, ModuleType], plain_model: Path, key: str,
+                                           release: str, monkeypatch: pytest.MonkeyPatch):
     argv = [a.format(model=plain_model) for a in REFUSED[key]]
-    result = run_in_process(standin, argv, monkeypatch)
+    result = run_in_process(standins[release], argv, monkeypatch)
     assert result.returncode == 1
-    found = load_diagnosis().diagnose(result.stdout + result.stderr, exit_code=result.returncode,
-                                      release=DATA["vllm_version"])
+    found = load_diagnosis().diagnose(result.stdout + result.stderr, exit_code=result.returncode, release=release)
     assert found and found[0]["key"] == key, [f["key"] for f in found]

@@ -7,6 +7,7 @@ The option table is not written here: generate.py read it from the release's arg
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -21,8 +22,10 @@ import pytest
 
 STANDIN_DIR = Path(__file__).resolve().parent / "vllm-standin"
 STANDIN = STANDIN_DIR / "vllm"
-TABLE = json.loads((STANDIN_DIR / "releases" / "0.19.1" / "vllm_bench_serve.json").read_text(
-    encoding="utf-8"))
+RELEASES = ("0.19.1", "0.34.0")
+TABLES = {release: json.loads((STANDIN_DIR / "releases" / release / "vllm_bench_serve.json").read_text(
+    encoding="utf-8")) for release in RELEASES}
+TABLE = TABLES["0.19.1"]  # the release the stand-in plays by default
 SERVED = "qwen3.5-35b"
 KEY = "sk-bench-test"
 # The keys main_async and benchmark put in the result (vllm/benchmarks/serve.py, 0.19.1) for
@@ -112,16 +115,21 @@ def workload(port: int, out: Path, prompts: int = 12, concurrency: int = 4) -> l
 
 # --- the table and the parser ----------------------------------------------------------------
 
-def test_table_comes_from_the_pinned_release():
-    assert TABLE["vllm_version"] == "0.19.1"
-    options = {o for row in TABLE["options"] for o in row["options"]}
+@pytest.mark.parametrize(("release", "datasets"), [
+    ("0.19.1", "vllm/benchmarks/datasets.py"),
+    # 0.34.0 made vllm/benchmarks/datasets a package.
+    ("0.34.0", "vllm/benchmarks/datasets/datasets.py")])
+def test_table_comes_from_the_release(release: str, datasets: str):
+    table = TABLES[release]
+    assert table["vllm_version"] == release
+    options = {o for row in table["options"] for o in row["options"]}
     # The flags the benchmark playbook passes are vLLM's.
     for flag in ("--num-prompts", "--max-concurrency", "--input-len", "--output-len", "--model",
                  "--served-model-name", "--percentile-metrics", "--metric-percentiles", "--save-result",
                  "--result-dir", "--result-filename", "--port", "--host", "--seed", "--request-rate"):
         assert flag in options
-    rows = {row["dest"]: row for row in TABLE["options"]}
-    assert rows["num_prompts"]["default"] == 1000 and rows["num_prompts"]["file"] == "vllm/benchmarks/datasets.py"
+    rows = {row["dest"]: row for row in table["options"]}
+    assert rows["num_prompts"]["default"] == 1000 and rows["num_prompts"]["file"] == datasets
     assert rows["request_rate"]["default"] == "inf" and rows["metric_percentiles"]["default"] == "99"
     assert "random" in rows["dataset_name"]["choices"] and "openai" in rows["backend"]["choices"]
 
@@ -133,19 +141,31 @@ def test_table_is_up_to_date():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def parse(argv: list[str]):
-    sys.path.insert(0, str(STANDIN_DIR))
-    try:
-        import bench_serve  # noqa: PLC0415 - the stand-in's module, from its directory
-    finally:
-        sys.path.remove(str(STANDIN_DIR))
-    return bench_serve
+def parse(argv: list[str], release: str = "0.19.1"):
+    """The stand-in's bench_serve module playing `release` (it reads VLLM_STANDIN_RELEASE when imported)."""
+    del argv
+    name = "bench_serve_" + release.replace(".", "_")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, STANDIN_DIR / "bench_serve.py")
+        module = importlib.util.module_from_spec(spec)
+        saved = os.environ.get("VLLM_STANDIN_RELEASE")
+        os.environ["VLLM_STANDIN_RELEASE"] = release
+        try:
+            sys.modules[name] = module  # dataclasses look the module up by name
+            spec.loader.exec_module(module)
+        finally:
+            os.environ.pop("VLLM_STANDIN_RELEASE")
+            if saved is not None:
+                os.environ["VLLM_STANDIN_RELEASE"] = saved
+    return sys.modules[name]
 
 
-def test_defaults_are_the_tables():
-    mod = parse([])
+@pytest.mark.parametrize("release", RELEASES)
+def test_defaults_are_the_tables(release: str):
+    mod = parse([], release)
+    assert mod.TABLE["vllm_version"] == release
     args = mod.parse(["bench", "serve"])
-    for row in TABLE["options"]:
+    for row in TABLES[release]["options"]:
         value = getattr(args, row["dest"])
         if row["dest"] == "request_id_prefix":
             assert re.fullmatch(r"bench-[0-9a-f]{8}-", value)

@@ -2,8 +2,9 @@
 
 The head (--node-rank 0) runs the API server and waits on its master port until every rank has
 joined, and keeps the port open while it serves; a worker (--headless, rank 1) connects there and
-stays connected. The texts come from vllm_serve.json (generate.py quoted them from vLLM 0.19.1
-with file:line; torch's and NCCL's under `torch_messages`), not from this file.
+stays connected. The texts come from releases/<version>/vllm_serve.json (generate.py quoted them from
+each release's source with file:line; torch's and NCCL's under `torch_messages`), not from this file;
+every test runs once per release.
 """
 
 from __future__ import annotations
@@ -19,10 +20,24 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_vllm_standin import DATA, STANDIN, clean_env, free_port, make_model
+from test_vllm_standin import RELEASES, STANDIN, TABLES, clean_env, free_port, make_model
 
-TEXTS = {name: spec["template"] for name, spec in DATA["messages"].items()}
-TORCH = DATA["torch_messages"]
+# Every test runs once per release: the stand-in plays it (VLLM_STANDIN_RELEASE), the texts are its own.
+PLAYING = {"release": RELEASES[0]}
+
+
+@pytest.fixture(params=RELEASES, autouse=True)
+def release(request: pytest.FixtureRequest) -> str:
+    PLAYING["release"] = request.param
+    return request.param
+
+
+def texts() -> dict[str, str]:
+    return {name: spec["template"] for name, spec in TABLES[PLAYING["release"]]["messages"].items()}
+
+
+def torch_texts() -> dict:
+    return TABLES[PLAYING["release"]]["torch_messages"]
 SERVED = "q"
 
 
@@ -40,7 +55,7 @@ class Node:
     def __init__(self, argv: list[str], port: int | None = None) -> None:
         self.port = port
         env = {**clean_env(), "VLLM_STANDIN_STARTUP_SECONDS": "0.2", "VLLM_STANDIN_SHM_MIN_BYTES": "0",
-               "VLLM_STANDIN_READY_FILE": "/dev/null"}
+               "VLLM_STANDIN_READY_FILE": "/dev/null", "VLLM_STANDIN_RELEASE": PLAYING["release"]}
         words = [*argv, "--host", "127.0.0.1", "--port", str(port)] if port else argv
         self.proc = subprocess.Popen([sys.executable, str(STANDIN), "serve", *words], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env)
@@ -117,7 +132,7 @@ def test_head_serves_once_the_worker_joined(pair: tuple[Node, Node]):
     assert worker.proc.poll() is None
     code, out = worker.finish(stop=True)
     assert code == 0
-    launch = TEXTS["headless-worker-launch"].format(version=DATA["vllm_version"], address=f"127.0.0.1:{_port(out)}")
+    launch = texts()["headless-worker-launch"].format(version=PLAYING["release"], address=f"127.0.0.1:{_port(out)}")
     assert launch in out
     # Each node holds half of the weights (tensor parallel size 2).
     assert "Model loading took 17.43 GiB" in out
@@ -167,21 +182,21 @@ def test_a_worker_that_cannot_reach_the_head_fails_after_the_timeout(model: Path
     worker = Node(cluster_argv(model, 1, closed, ["--distributed-timeout-seconds", "1"]))
     code, out = worker.finish()
     assert code == 1
-    spec = TORCH["torch-connect-timeout"]
+    spec = torch_texts()["torch-connect-timeout"]
     text = spec["template"].format(timeout_ms=1000, host="127.0.0.1", port=closed)
     assert f"{spec['exception']}: {text}" in out
-    assert TEXTS["worker-proc-failed-to-start"] in out
-    assert f"Exception: {TEXTS['worker-proc-init-failed']}" in out
+    assert texts()["worker-proc-failed-to-start"] in out
+    assert f"Exception: {texts()['worker-proc-init-failed']}" in out
 
 
 def test_a_head_whose_worker_never_comes_fails_after_the_timeout(model: Path):
     head = Node(cluster_argv(model, 0, free_port(), ["--distributed-timeout-seconds", "1"]), port=free_port())
     code, out = head.finish()
     assert code == 1
-    spec = TORCH["torch-wait-for-workers"]
+    spec = torch_texts()["torch-wait-for-workers"]
     assert f"{spec['exception']}: {spec['template'].format(seconds=2, joined=1, world_size=2)}" in out
-    assert TEXTS["engine-core-failed-to-start"] in out
-    assert TEXTS["engine-core-failed"].format(finished="{}") in out
+    assert texts()["engine-core-failed-to-start"] in out
+    assert texts()["engine-core-failed"].format(finished="{}") in out
 
 
 def test_losing_the_worker_ends_the_head_at_its_next_step(pair: tuple[Node, Node]):
@@ -194,16 +209,16 @@ def test_losing_the_worker_ends_the_head_at_its_next_step(pair: tuple[Node, Node
     chat = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}]}
     status, body = head.post("/v1/chat/completions", chat)
     error = body["error"]
-    assert (status, error["message"], error["type"]) == (500, TEXTS["engine-dead"], "InternalServerError")
+    assert (status, error["message"], error["type"]) == (500, texts()["engine-dead"], "InternalServerError")
     code, out = head.finish()
     # uvicorn's graceful shutdown after EngineDeadError: status 0
     # (https://github.com/vllm-project/vllm/issues/48966).
     assert code == 0
-    nccl = TEXTS["nccl-error"].format(error=TORCH["nccl-remote-error"]["template"])
+    nccl = texts()["nccl-error"].format(error=torch_texts()["nccl-remote-error"]["template"])
     assert f"RuntimeError: {nccl}" in out
-    assert TEXTS["engine-core-fatal"] in out
-    assert f"RuntimeError: {TEXTS['worker-failed'].format(error=nccl)}" in out
-    assert f"EngineDeadError: {TEXTS['engine-dead']}" in out
+    assert texts()["engine-core-fatal"] in out
+    assert f"RuntimeError: {texts()['worker-failed'].format(error=nccl)}" in out
+    assert f"EngineDeadError: {texts()['engine-dead']}" in out
 
 
 def kv_tokens(out: str) -> int:
@@ -227,10 +242,17 @@ def test_memory_per_node_follows_the_parallel_sizes(pair: tuple[Node, Node], mod
     (["--tensor-parallel-size", "2"], "World size (2) is larger than the number of available GPUs (1) in this node."),
     (["-tp", "2", "--nnodes", "2", "--node-rank", "1", "--headless", "--api-server-count", "1"],
      "ValueError: --api-server-count=1 cannot be used with --headless"),
-    (["-tp", "2", "--nnodes", "2", "--node-rank", "2", "--headless"],
-     "AssertionError: node_rank=2 must be less than nnodes=2."),
+    (["-tp", "2", "--nnodes", "2", "--node-rank", "2", "--headless"], "{nnodes-node-rank}"),
 ])
 def test_a_combination_vllm_refuses_is_refused_by_a_real_process(model: Path, extra: list[str], text: str):
+    if text == "{nnodes-node-rank}":
+        # 0.19.1 asserts it, 0.34.0 raises a ValueError in other words (vllm/engine/arg_utils.py).
+        spec = TABLES[PLAYING["release"]]["messages"]["nnodes-node-rank"]
+        text = f"{spec.get('raises', 'AssertionError')}: " + spec["template"].format(
+            node_rank=2, nnodes=2, max_rank=1)
+        assert text in ("AssertionError: node_rank=2 must be less than nnodes=2.",
+                        "ValueError: Invalid data-parallel launch options: `--node-rank` must be between 0 and 1; "
+                        "got `--node-rank 2`. Set it to this node's zero-based index.")
     node = Node([str(model), "--enforce-eager", *extra], port=free_port())
     code, out = node.finish()
     assert code == 1 and text in out
@@ -243,4 +265,4 @@ def test_heads_must_divide_by_the_tensor_parallel_size(tmp_path: Path):
     node = Node([str(model), "--enforce-eager", "-tp", "2", "--nnodes", "2"], port=free_port())
     code, out = node.finish()
     assert code == 1
-    assert TEXTS["heads-not-divisible-by-tp"].format(heads=3, tensor_parallel_size=2) in out
+    assert texts()["heads-not-divisible-by-tp"].format(heads=3, tensor_parallel_size=2) in out

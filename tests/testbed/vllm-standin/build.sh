@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# Builds the vLLM stand-in image (test fixture) from the test bed's Debian base image and
-# prints its name. The tag is a hash of the inputs: rebuilt exactly when they change.
+# Builds the vLLM stand-in images (test fixtures) from the test bed's Debian base image, one per
+# supported vLLM release, and prints their names. Each tag is a hash of its inputs: rebuilt exactly
+# when they change. The layers before the release's tables are shared by all releases.
 #
-#   tests/testbed/vllm-standin/build.sh     # -> sparkfleet-sim/vllm-standin:<hash>
+#   tests/testbed/vllm-standin/build.sh     # -> sparkfleet-sim/vllm-standin:<hash>-<release>, one a line
 #
-# Also tagged sparkfleet-sim/vllm-openai:standin, the name the Molecule scenario loads
-# into the simulated Spark's own Docker engine.
+# Each image is also tagged as the real release's image is named (the tags in RELEASE_TAGS), and
+# sparkfleet-sim/vllm-openai:standin, the name the Molecule scenarios load into the simulated Spark's
+# own Docker engine, points at STANDIN_RELEASE's (the release the vllm role pins).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo="sparkfleet-sim"
+# release -> the tag its real image has on Docker Hub: vllm/vllm-openai:v0.19.1-cu130 (CUDA 13 builds of
+# 0.19.x carried a -cu130 suffix) and vllm/vllm-openai:v0.34.0 (CUDA 13 is the default from 0.20 on,
+# .buildkite/scripts/publish-release-images.sh in the 0.34.0 sdist).
+declare -A RELEASE_TAGS=([0.19.1]=v0.19.1-cu130 [0.34.0]=v0.34.0)
+RELEASES=(0.19.1 0.34.0)
+STANDIN_RELEASE=0.19.1
+# Releases whose image has the label ai.vllm.image.tag (vLLM 0.34.0's docker/Dockerfile:1356-1369;
+# 0.19.1's image has none): its value is the public tag.
+declare -A IMAGE_TAG_LABEL=([0.34.0]=vllm/vllm-openai:v0.34.0)
 
 log() { printf 'vllm-standin: %s\n' "$*" >&2; }
 
@@ -25,20 +36,36 @@ base_image() {
     echo "$image"
 }
 
-main() {
-    local base key image
-    base=$(base_image)
-    key=$( (docker image inspect -f '{{.Id}}' "$base"; cat "$here/Containerfile" "$here/vllm" "$here/releases/0.19.1/vllm_serve.json" "$here/bench_serve.py" "$here/releases/0.19.1/vllm_bench_serve.json") \
+build_release() {
+    local base=$1 release=$2 key image label=()
+    key=$( (docker image inspect -f '{{.Id}}' "$base"; echo "$release ${IMAGE_TAG_LABEL[$release]:-}"
+            cat "$here/Containerfile" "$here/vllm" "$here/bench_serve.py" \
+                "$here/releases/$release/vllm_serve.json" "$here/releases/$release/vllm_bench_serve.json") \
         | sha256sum | cut -c1-12)
-    image="$repo/vllm-standin:$key"
+    image="$repo/vllm-standin:$key-$release"
+    if [ -n "${IMAGE_TAG_LABEL[$release]:-}" ]; then
+        label=(--label "ai.vllm.image.tag=${IMAGE_TAG_LABEL[$release]}")
+    fi
     if docker image inspect "$image" >/dev/null 2>&1; then
         log "up to date: $image"
     else
         log "building $image from $base"
-        docker build -q -f "$here/Containerfile" --build-arg BASE_IMAGE="$base" -t "$image" "$here" >/dev/null
+        docker build -q -f "$here/Containerfile" --build-arg BASE_IMAGE="$base" --build-arg VLLM_RELEASE="$release" \
+            "${label[@]}" -t "$image" "$here" >/dev/null
     fi
-    docker tag "$image" "$repo/vllm-openai:standin"
+    docker tag "$image" "$repo/vllm-openai:${RELEASE_TAGS[$release]}"
+    if [ "$release" = "$STANDIN_RELEASE" ]; then
+        docker tag "$image" "$repo/vllm-openai:standin"
+    fi
     echo "$image"
+}
+
+main() {
+    local base release
+    base=$(base_image)
+    for release in "${RELEASES[@]}"; do
+        build_release "$base" "$release"
+    done
 }
 
 main "$@"

@@ -261,6 +261,10 @@ RELEASE_MESSAGES: dict[str, dict[str, tuple[str, ...] | None]] = {
         # VllmConfig no longer asserts the aligned block size (vllm/config/vllm.py keeps only the
         # chunked-MM-input assertion of align mode).
         "mamba-align-block-size": None,
+        # --kv-cache-dtype lost its argparse choices: CacheConfig's validator refuses an unknown name.
+        "invalid-kv-cache-dtype": (
+            "vllm/config/cache.py", "Invalid kv_cache_dtype: ",
+            "Invalid kv_cache_dtype: {name}. Valid values are: {valid}"),
         # The multi-node assertions became ValueErrors with other words (EngineArgs.create_engine_config).
         "nnodes-data-parallel-backend": (
             "vllm/engine/arg_utils.py", "` requires `--data-parallel-backend mp`; got ",
@@ -319,9 +323,8 @@ TORCH_MESSAGES = {
 
 
 # The torch pins whose texts TORCH_MESSAGES hold, and what was done to know it. vLLM 0.34.0 pins
-# torch 2.14.0: its two TCPStore texts are the same format strings in pytorch's main branch
-# (torch/csrc/distributed/c10d/TCPStore.cpp, socket.cpp) as in v2.10.0; read them again from the
-# v2.14.0 tag when a test or a field report shows otherwise.
+# torch 2.14.0, whose texts were not read again: re-read them from pytorch's v2.14.0 tag
+# (torch/csrc/distributed/c10d/TCPStore.cpp, socket.cpp) before relying on them for 0.34.0.
 TORCH_PINS = {TORCH_PIN: "read from pytorch/pytorch v2.10.0",
               "torch==2.14.0": "not re-read from v2.14.0: the texts of v2.10.0"}
 

@@ -16,7 +16,7 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils import vllm_dia
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import known_failures
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, RELEASES, SUPPORTED
 
-# The excerpts below are vLLM 0.19.1's (the release the seeds and most field reports ran); the
+# The excerpts below are vLLM 0.19.1's (the release deployed on DGX Sparks when they were taken); the
 # tests of 0.34.0's own words are further down.
 OLD = "0.19.1"
 NEW = "0.34.0"
