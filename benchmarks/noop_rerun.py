@@ -86,7 +86,7 @@ def container_settings() -> dict[str, Any]:
 # registry: each box has the image staged (as prepare-vllm.yml does by default) and never pulls.
 # A mirror is configured as a user would; nothing is pulled.
 PULL_VARS = ("fleet_upstream_dir", "vllm_image_digest", "vllm_image_id", "prepare_stage_image")
-STAGED_IMAGE_VARS = {"vllm_image": "sparkfleet-sim/vllm-openai:standin", "vllm_image_pull": False,
+STAGED_IMAGE_VARS = {"vllm_image": "sparkfleet-sim/vllm-openai:v0.34.0", "vllm_image_pull": False,
                      "docker_registry_mirrors": ["https://mirror.sparkfleet.test"]}
 
 

@@ -32,6 +32,7 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.model_architect
 )
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import nvfp4_crashes_on_gb10
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import flag_name, flag_value, tri_state
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import RELEASES
 
 # The one rule for the weights in unified memory: what must remain after loading them. On a
 # 128 GB Spark the BF16 Qwen3.5-35B-A3B (64.69 GiB of weights) left ~56 GiB and ran out of
@@ -202,8 +203,12 @@ def rule_mamba_align_block_size(settings: dict, facts: dict, plan: dict) -> list
     does vLLM 0.19.1 put such a model in the experimental "align" mode
     (vllm/model_executor/models/config.py:436-451) and assert block_size <= max_num_batched_tokens
     (vllm/config/vllm.py:1737-1743). Unset, prefix caching is off for hybrid models
-    (vllm/config/model.py:1785-1790), and so is the assertion.
+    (vllm/config/model.py:1785-1790), and so is the assertion. A release without the assertion's text
+    (vLLM 0.34.0: its sdist has no such message, vllm_releases.py) is not held to it; an unknown release is.
     """
+    release = RELEASES.get(str(settings.get("release") or ""))
+    if release is not None and "mamba-align-block-size" not in release["messages"]:
+        return []
     mode = plan["mamba_cache_mode"]
     # The stand-in's reading of the same lines (tests/testbed/vllm-standin/vllm, check_vllm_config): an explicit
     # --mamba-cache-mode align selects the mode too, prefix caching does unless the mode is "all".

@@ -77,10 +77,10 @@ def test_the_model_mount_is_read_only_for_real(host):
 
 def test_deployed_image_is_recorded(host):
     recorded = json.loads(host.file("/var/lib/sparkfleet/vllm/last-run.json").content_string)
-    image = json.loads(host.check_output("docker image inspect sparkfleet-sim/vllm-openai:standin"))[0]
+    image = json.loads(host.check_output("docker image inspect sparkfleet-sim/vllm-openai:v0.34.0"))[0]
     assert recorded["image_id"] == image["Id"] == inspect(host)["Image"]
     assert recorded["argv"] == EXPECTED_ARGS[1:]
-    assert recorded["image"] == inspect(host)["Config"]["Image"] == "sparkfleet-sim/vllm-openai:standin"
+    assert recorded["image"] == inspect(host)["Config"]["Image"] == "sparkfleet-sim/vllm-openai:v0.34.0"
 
 
 def test_api_listens_on_the_box(host):
@@ -202,6 +202,15 @@ FAILURES = [
 ]
 
 
+def load_release_images() -> None:
+    """Every supported release's stand-in image (tests/testbed/vllm-standin/build.sh) into the box's own engine:
+    the cases of a failure one release alone has run on that release's image. The layers are shared: a load of
+    an image the box has costs little."""
+    for tag in ("v0.34.0", "v0.19.1-cu130"):
+        load = f"set -o pipefail; docker save sparkfleet-sim/vllm-openai:{tag} | docker exec -i {BOX} docker load"
+        subprocess.run(load, shell=True, check=True, executable="/bin/bash", capture_output=True)
+
+
 def run_cases(playbook: str, name: str) -> tuple[subprocess.CompletedProcess, Path]:
     records = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / name
     shutil.rmtree(records, ignore_errors=True)
@@ -218,6 +227,7 @@ def record(records: Path, case: str) -> dict:
 
 @pytest.fixture(scope="module")
 def failure_records(host) -> Path:
+    load_release_images()
     host.run_expect([0], "mkdir -p /srv/models/nvfp4 /srv/models/broken")
     host.run_expect([0], f"cp {MODEL_DIR}/* /srv/models/nvfp4/ && cp {MODEL_DIR}/* /srv/models/broken/")
     host.run_expect([0], "sed -i 's/\"fp8\"/\"modelopt_fp4\"/' /srv/models/nvfp4/config.json")
@@ -299,7 +309,7 @@ ARCHIVE = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) /
 def test_the_image_was_loaded_from_the_controllers_archive_and_checked_by_its_id(host):
     pinned = ARCHIVE.with_name(ARCHIVE.name + ".id").read_text().strip()
     assert inspect(host)["Image"] == pinned
-    assert json.loads(host.check_output("docker image inspect sparkfleet-sim/vllm-openai:standin"))[0]["Id"] == pinned
+    assert json.loads(host.check_output("docker image inspect sparkfleet-sim/vllm-openai:v0.34.0"))[0]["Id"] == pinned
     # The copy was removed once loaded.
     assert not host.file("/var/tmp/sparkfleet-vllm-image.tar").exists
 
@@ -312,7 +322,7 @@ def test_an_archive_without_the_image_pinned_is_refused_before_it_is_copied(host
     # A failed task's result goes to stderr (the scenarios' callback).
     output = result.output
     pinned = ARCHIVE.with_name(ARCHIVE.name + ".id").read_text().strip()
-    assert (f"{ARCHIVE} on the controller holds {pinned} tagged sparkfleet-sim/vllm-openai:standin, not {other} "
+    assert (f"{ARCHIVE} on the controller holds {pinned} tagged sparkfleet-sim/vllm-openai:v0.34.0, not {other} "
             "tagged sparkfleet-sim/vllm-openai:other") in output
     assert "Nothing was copied." in output
     assert not host.file("/var/tmp/sparkfleet-vllm-image.tar").exists
@@ -329,10 +339,7 @@ RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yml")
 
 @pytest.fixture(scope="module")
 def recipe_records(host) -> Path:
-    # The per-release stand-in images (tests/testbed/vllm-standin/build.sh), into the box's own engine.
-    for tag in ("v0.34.0", "v0.19.1-cu130"):
-        load = f"set -o pipefail; docker save sparkfleet-sim/vllm-openai:{tag} | docker exec -i {BOX} docker load"
-        subprocess.run(load, shell=True, check=True, executable="/bin/bash", capture_output=True)
+    load_release_images()
     records = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "vllm-recipes"
     shutil.rmtree(records, ignore_errors=True)
     records.mkdir(parents=True)

@@ -17,7 +17,7 @@ repo="sparkfleet-sim"
 # .buildkite/scripts/publish-release-images.sh in the 0.34.0 sdist).
 declare -A RELEASE_TAGS=([0.19.1]=v0.19.1-cu130 [0.34.0]=v0.34.0)
 RELEASES=(0.19.1 0.34.0)
-STANDIN_RELEASE=0.19.1
+STANDIN_RELEASE=0.34.0
 # Releases whose image has the label ai.vllm.image.tag (vLLM 0.34.0's docker/Dockerfile:1356-1369;
 # 0.19.1's image has none): its value is the public tag.
 declare -A IMAGE_TAG_LABEL=([0.34.0]=vllm/vllm-openai:v0.34.0)
