@@ -69,6 +69,18 @@ options:
     description: How many log lines to return on failure.
     type: int
     default: 50
+  read_startup:
+    description:
+      - Whether to read the container's log for vLLM's start-up phases (RV(startup_lines)) when this call
+        watched the start (RV(startup_watched)) or O(log_since) continues an earlier call's reading.
+    type: bool
+    default: true
+  log_since:
+    description:
+      - Read the log from this Docker timestamp on (RV(log_since) of the call before); empty for the container's
+        C(State.StartedAt).
+    type: str
+    default: ""
 notes:
   - Runs C(docker inspect) and C(docker logs) on the host; needs the Docker CLI there.
 extends_documentation_fragment:
@@ -140,6 +152,35 @@ diagnosis:
   returned: when state is failed or waiting
   type: list
   elements: dict
+startup_watched:
+  description: Whether C(/health) did not answer at this call's first probe (the call watched the server start).
+  returned: always
+  type: bool
+startup_lines:
+  description:
+    - The log lines since O(log_since) that mark vLLM's start-up phases (see C(plugins/module_utils/vllm_startup.py)),
+      each as [epoch seconds of Docker's timestamp, the line].
+  returned: when the log was read for them
+  type: list
+  elements: list
+log_since:
+  description: The Docker timestamp to read the log from in the next call.
+  returned: when the log was read for the start-up phases
+  type: str
+checked_at:
+  description: Epoch seconds (host clock) when the call ended, to measure the log's timestamps against.
+  returned: always
+  type: float
+ttft_s:
+  description:
+    - Seconds from sending the chat completion (streamed) to its first chunk with choices, as C(vllm bench serve)
+      counts time to first token.
+  returned: when the chat stage passed on a streamed answer
+  type: float
+ttft_note:
+  description: Why the chat completion's time to first token was not measured.
+  returned: when the chat stage passed without a measure
+  type: str
 """
 
 import json
@@ -151,7 +192,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_range
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import Target, container_failed, probe
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import (
+    Target,
+    container_failed,
+    probe,
+    probe_chat_timed,
+)
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_startup import is_marker, split_timestamped
 
 INSPECT_EVERY = 2.0
 
@@ -194,6 +241,30 @@ def logs(module: AnsibleModule, container: str, lines: int) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
+def startup_log(module: AnsibleModule, container: str, since: str) -> tuple[list[list], str]:
+    """The start-up phase markers in the container's log since a Docker timestamp, each [epoch, line] in the
+    log's order, and the timestamp to go on from. Docker keeps stdout and stderr apart (vLLM logs to the one,
+    tqdm's bars go to the other): its timestamps put them back in order."""
+    rc, out, err = module.run_command(["docker", "logs", "--timestamps", "--since", since, container])
+    if rc != 0:
+        return [], since
+    entries = []
+    newest: tuple[float, str] = (float("-inf"), since)
+    for raw in (out + "\n" + err).splitlines():
+        at, line = split_timestamped(raw)
+        if at is None:
+            continue
+        # Docker's RFC 3339 drops trailing zeros of the nanoseconds: compare the times, keep the text.
+        newest = max(newest, (at, raw.split(" ", 1)[0]))
+        # A tqdm bar's updates are one line of carriage returns: its last state says enough; the engine's
+        # first line (its whole config) its first 300 characters.
+        segments = [part for part in line.split("\r") if part.strip()]
+        if segments and is_marker(segments[-1]):
+            entries.append([at, segments[-1][:300]])
+    entries.sort(key=lambda entry: entry[0])
+    return entries, newest[1]
+
+
 def wait(module: AnsibleModule, p: dict) -> tuple[dict, dict | None]:
     """Probes the API stage by stage and looks at the container every INSPECT_EVERY seconds until the model
     serves, the container failed or wait_seconds are up; returns the result and the container's last inspect."""
@@ -201,7 +272,8 @@ def wait(module: AnsibleModule, p: dict) -> tuple[dict, dict | None]:
     target = Target(p["url"], p["served_model_name"], api_key=p["api_key"], chat_timeout=p["chat_timeout"])
     deadline = time.monotonic() + max(0.0, p["wait_seconds"])
     passed: list[str] = []
-    result: dict = {"changed": False, "stage": "none", "detail": "", "last_log_line": ""}
+    result: dict = {"changed": False, "stage": "none", "detail": "", "last_log_line": "", "startup_watched": False}
+    first_probe = True
     info: dict | None = {}
     last_inspect = float("-inf")
     # Without a caller's baseline, the count at the first look: a restart during the wait is a crash even
@@ -212,7 +284,15 @@ def wait(module: AnsibleModule, p: dict) -> tuple[dict, dict | None]:
         tick = time.monotonic()
         # Probe first: the moment vLLM answers is what the caller waits for.
         for stage in stages[len(passed):]:
-            ok, detail = probe(target, stage)
+            if stage == "chat":
+                # Streamed: the first completion's time to first token is part of what a start costs.
+                ok, detail, ttft, why = probe_chat_timed(target)
+                result.update({"ttft_s": ttft} if ttft is not None else {"ttft_note": why} if ok else {})
+            else:
+                ok, detail = probe(target, stage)
+            if first_probe and stage == "health":
+                result["startup_watched"] = not ok
+            first_probe = False
             result["detail"] = detail
             if not ok:
                 break
@@ -261,6 +341,8 @@ def main() -> None:
             chat_timeout=dict(type="float", default=120),
             baseline_restarts=dict(type="int"),
             log_lines=dict(type="int", default=50),
+            read_startup=dict(type="bool", default=True),
+            log_since=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -272,6 +354,11 @@ def main() -> None:
     if not module.get_bin_path("docker"):
         module.fail_json(msg="docker is not on PATH of the target; the health gate reads the container's state with it")
     result, info = wait(module, p)
+    if info and p["read_startup"] and (result["startup_watched"] or p["log_since"]):
+        since = p["log_since"] or result.get("started_at", "")
+        if since:
+            result["startup_lines"], result["log_since"] = startup_log(module, p["container"], since)
+    result["checked_at"] = time.time()
     tail = logs(module, p["container"], p["log_lines"]) if info is not None else []
     result["last_log_line"] = tail[-1] if tail else ""
     if result["state"] != "ready":
