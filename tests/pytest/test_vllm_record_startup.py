@@ -69,13 +69,24 @@ def test_a_rerun_that_watched_no_start_keeps_the_figures_and_changes_nothing(sta
     assert (state / "known-good.json").read_text() == before
 
 
-def test_the_same_deployment_started_anew_gets_its_new_figures_and_no_previous(state: Path):
+def test_the_same_deployment_started_anew_keeps_its_first_starts_figures(state: Path):
+    # A rollback or a restart of the known-good deployment is no first start: the record stays as it is.
     assert deploy(state, SPEC, STARTUP).returncode == 0
+    before = (state / "known-good.json").read_text()
     faster = {**STARTUP, "time_to_ready_s": 240.5, "phases_s": {"start": 5.0, "weights": 45.0, "autotune": 60.0}}
     result = deploy(state, SPEC, faster)
     assert result.returncode == 0, result.stdout[-3000:]
+    assert changed(result) == 0
+    assert (state / "known-good.json").read_text() == before
+
+
+def test_a_record_of_an_earlier_release_gets_the_figures_and_no_previous(state: Path):
+    state.mkdir()
+    (state / "known-good.json").write_text(json.dumps({**SPEC, "deployed_at": "2026-11-30T08:00:00Z"}))
+    result = deploy(state, SPEC, STARTUP)
+    assert result.returncode == 0, result.stdout[-3000:]
     assert changed(result) > 0
-    assert record(state)["startup"] == faster
+    assert record(state)["startup"] == STARTUP
     # The known-good deployment is the same one: it does not become its own previous.
     assert not (state / "previous.json").exists()
 
