@@ -198,7 +198,11 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health imp
     probe,
     probe_chat_timed,
 )
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_startup import is_marker, split_timestamped
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_startup import (
+    is_marker,
+    parse_timestamp,
+    split_timestamped,
+)
 
 INSPECT_EVERY = 2.0
 
@@ -232,6 +236,9 @@ def check_options(params: dict) -> None:
     check_range(params["wait_seconds"], "wait_seconds", low=0)
     check_range(params["log_lines"], "log_lines", low=1)
     check_range(params["baseline_restarts"], "baseline_restarts", low=0)
+    if params["log_since"] and parse_timestamp(params["log_since"]) is None:
+        raise InputError(f"log_since {params['log_since']!r}: expected a Docker timestamp such as "
+                         "2026-12-04T14:00:00.123456789Z (the log_since of the call before), or empty")
 
 
 def logs(module: AnsibleModule, container: str, lines: int) -> list[str]:
@@ -245,12 +252,13 @@ def startup_log(module: AnsibleModule, container: str, since: str) -> tuple[list
     """The start-up phase markers in the container's log since a Docker timestamp, each [epoch, line] in the
     log's order, and the timestamp to go on from. Docker keeps stdout and stderr apart (vLLM logs to the one,
     tqdm's bars go to the other): its timestamps put them back in order."""
-    rc, out, err = module.run_command(["docker", "logs", "--timestamps", "--since", since, container])
+    rc, out, err = module.run_command(["docker", "logs", "--timestamps", f"--since={since}", container])
     if rc != 0:
         return [], since
     entries = []
     newest: tuple[float, str] = (float("-inf"), since)
-    for raw in (out + "\n" + err).splitlines():
+    # Lines end at newlines only: str.splitlines would also cut a tqdm bar at its carriage returns.
+    for raw in (out + "\n" + err).split("\n"):
         at, line = split_timestamped(raw)
         if at is None:
             continue
