@@ -169,4 +169,3 @@ class ActionModule(ActionBase):
                 return result
             display.display(f"vllm_health: {host}: {progress(watch, answer, elapsed, timeout, now)}")
         return result
-

@@ -50,8 +50,7 @@ def gate(answers: list[dict], timeout: float = 1800, clock_step: float = 25.0) -
     with mock.patch.object(ActionBase, "run", return_value={}), \
             mock.patch.object(action.display, "display", side_effect=printed.append), \
             mock.patch.object(action, "sliced_wait",
-                              side_effect=lambda run, t, s: ((run(s), float(next(ticks) + clock_step))
-                                                             for _ in iter(int, 1))):
+                              side_effect=lambda run, t, s: ((run(s), float(tick + clock_step)) for tick in ticks)):
         result = plugin.run(task_vars={"inventory_hostname": "spark-1"})
     return result, printed, calls
 
