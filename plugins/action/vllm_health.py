@@ -68,6 +68,10 @@ class StartupWatch:
         return at if at is not None and at > 0 else None
 
     def phase(self) -> tuple[str, float | None]:
+        """The phase now and since when; a server that answered at the gate's first probe is up (its start was not
+        watched: its log is not read)."""
+        if self.watched is False:
+            return "ready", None
         return current_phase(timeline(self.lines), self.started())
 
     def summary(self, healthy_at: float | None, answer: dict) -> dict:

@@ -167,6 +167,22 @@ log_since:
   description: The Docker timestamp to read the log from in the next call.
   returned: when the log was read for the start-up phases
   type: str
+phase:
+  description:
+    - vLLM's start-up phase when the wait ended (C(start), C(engine), C(weights), C(profile), C(compile), C(kv_cache),
+      C(warmup), C(autotune), C(cuda_graphs), C(api_server), C(ready)), from the log's marker lines.
+    - Set by the action plugin.
+  returned: always
+  type: str
+  sample: autotune
+startup:
+  description:
+    - How the start the wait watched went (empty when the server answered at the first probe), set by the action
+      plugin when the wait ends ready. C(container_started_at), C(time_to_ready_s) (the container's start to
+      C(/health) answering), C(ttft_s) (the streamed chat completion's time to first token, or null) and
+      C(ttft_note) (why none), C(phases_s) (seconds in each phase), C(vllm_version) (as the log names it).
+  returned: when state is ready
+  type: dict
 checked_at:
   description: Epoch seconds (host clock) when the call ended, to measure the log's timestamps against.
   returned: always

@@ -104,7 +104,7 @@ def test_a_container_that_died_says_in_which_phase():
 
 
 def test_a_server_that_answered_at_once_leaves_no_figures_and_stops_reading_its_log():
-    result, _printed, calls = gate([
+    result, printed, calls = gate([
         answer(86_400, startup_watched=False, startup_lines=[], state="waiting", stage="models"),
         answer(86_420, startup_watched=False, startup_lines=[], state="ready", stage="chat",
                healthy_at=STARTED + 86_400, ttft_s=0.05),
@@ -112,6 +112,8 @@ def test_a_server_that_answered_at_once_leaves_no_figures_and_stops_reading_its_
     assert calls[1]["read_startup"] is False
     assert result["state"] == "ready"
     assert result["startup"] == {}
+    # Its progress says the API server is up (it answered /health), not that vLLM is starting.
+    assert printed[0].startswith("vllm_health: spark-1: vllm: API server up (24 h 0 min since the container started;")
 
 
 def test_a_first_completion_not_streamed_says_why_it_has_no_ttft():
