@@ -13,6 +13,7 @@ Plain HTTP through Ansible's open_url, unit-tested against a local server.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,79 @@ def probe_chat(base: str, api_key: str, served_model_name: str, timeout: float) 
     if not choices:
         return False, f"/v1/chat/completions: no choices in {text[:200]}"
     return True, "/v1/chat/completions answered"
+
+
+CHAT_PROMPT = "Reply with the single word OK."
+
+
+def streamed_output(choice: object) -> bool:
+    """Whether a streamed chunk's choice carries generated output, as `vllm bench serve` counts its first
+    token (vllm/benchmarks/lib/endpoint_request_func.py:398, _choice_has_streamed_output, vLLM 0.34.0): text,
+    reasoning or a tool call; an empty text without a role (a token that decodes to nothing). The opening
+    chunk, which carries the role, is not a token."""
+    delta = choice.get("delta") if isinstance(choice, dict) else None
+    if not isinstance(delta, dict):
+        return False
+    if any(delta.get(key) for key in ("content", "reasoning", "reasoning_content", "tool_calls", "function_call")):
+        return True
+    return delta.get("content") == "" and "role" not in delta
+
+
+def _read_stream(resp: object, sent: float) -> tuple[bool, str, float | None, str]:
+    """Server-sent events of a streamed chat completion -> (passed, what was seen, TTFT, why no TTFT)."""
+    ttft: float | None = None
+    chunks = 0
+    for raw in resp:  # type: ignore[attr-defined]
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue  # blank separators and SSE comments (pings)
+        payload = line[len("data:"):].strip()
+        if payload == "[DONE]":
+            break
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            return False, f"/v1/chat/completions: a streamed chunk is not JSON: {payload[:200]}", None, ""
+        if isinstance(data, dict) and data.get("error"):
+            error = json.dumps(data["error"])[:200]
+            return False, f"/v1/chat/completions: the stream ended in an error: {error}", None, ""
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if choices and streamed_output(choices[0]):
+            chunks += 1
+            if ttft is None:
+                ttft = time.monotonic() - sent
+    if not chunks:
+        return False, "/v1/chat/completions: the stream carried no token", None, ""
+    return True, f"/v1/chat/completions answered ({chunks} streamed chunks)", round(ttft or 0.0, 3), ""
+
+
+def probe_chat_timed(target: Target) -> tuple[bool, str, float | None, str]:
+    """The chat stage, streamed: (passed, what was seen, seconds to the first token or None, why none).
+    A server that answers a streamed request with one JSON body passes without a TTFT, and says so."""
+    base = target.base_url.rstrip("/")
+    body = {"model": target.served_model_name, "max_tokens": 16, "stream": True,
+            "messages": [{"role": "user", "content": CHAT_PROMPT}]}
+    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    if target.api_key:
+        headers["authorization"] = f"Bearer {target.api_key}"
+    sent = time.monotonic()
+    try:
+        with open_url(base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
+                      headers=headers, timeout=target.chat_timeout, use_proxy=False, validate_certs=False) as resp:
+            if "text/event-stream" in (resp.headers.get("content-type") or ""):
+                return _read_stream(resp, sent)
+            text = resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as err:
+        return False, _http_problem("/v1/chat/completions", err.code, err.read().decode("utf-8", "replace")), None, ""
+    except (OSError, ValueError) as err:
+        return False, f"/v1/chat/completions: {err}", None, ""
+    try:
+        choices = json.loads(text).get("choices")
+    except (ValueError, AttributeError):
+        choices = None
+    if not choices:
+        return False, f"/v1/chat/completions: no choices in {text[:200]}", None, ""
+    return True, "/v1/chat/completions answered", None, "the server answered the streamed request with one body"
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,18 @@ options:
     type: str
     choices: ["0.19.1", "0.34.0"]
     default: "0.34.0"
+  read_startup:
+    description:
+      - Whether to read the container's log for vLLM's start-up phases (RV(startup_lines)) when this call
+        watched the start (RV(startup_watched)) or O(log_since) continues an earlier call's reading.
+    type: bool
+    default: true
+  log_since:
+    description:
+      - Read the log from this Docker timestamp on (RV(log_since) of the call before); empty for the container's
+        C(State.StartedAt).
+    type: str
+    default: ""
 notes:
   - Runs C(docker inspect) and C(docker logs) on the host; needs the Docker CLI there.
 extends_documentation_fragment:
@@ -147,6 +159,51 @@ diagnosis:
   returned: when state is failed or waiting
   type: list
   elements: dict
+startup_watched:
+  description: Whether C(/health) did not answer at this call's first probe (the call watched the server start).
+  returned: always
+  type: bool
+startup_lines:
+  description:
+    - The log lines since O(log_since) that mark vLLM's start-up phases (see C(plugins/module_utils/vllm_startup.py)),
+      each as [epoch seconds of Docker's timestamp, the line].
+  returned: when the log was read for them
+  type: list
+  elements: list
+log_since:
+  description: The Docker timestamp to read the log from in the next call.
+  returned: when the log was read for the start-up phases
+  type: str
+phase:
+  description:
+    - vLLM's start-up phase when the wait ended (C(start), C(engine), C(weights), C(profile), C(compile), C(kv_cache),
+      C(warmup), C(autotune), C(cuda_graphs), C(api_server), C(ready)), from the log's marker lines.
+    - Set by the action plugin.
+  returned: always
+  type: str
+  sample: autotune
+startup:
+  description:
+    - How the start the wait watched went (empty when the server answered at the first probe), set by the action
+      plugin when the wait ends ready. C(container_started_at), C(time_to_ready_s) (the container's start to
+      C(/health) answering), C(ttft_s) (the streamed chat completion's time to first token, or null) and
+      C(ttft_note) (why none), C(phases_s) (seconds in each phase), C(vllm_version) (as the log names it).
+  returned: when state is ready
+  type: dict
+checked_at:
+  description: Epoch seconds (host clock) when the call ended, to measure the log's timestamps against.
+  returned: always
+  type: float
+ttft_s:
+  description:
+    - Seconds from sending the chat completion (streamed) to its first chunk with choices, as C(vllm bench serve)
+      counts time to first token.
+  returned: when the chat stage passed on a streamed answer
+  type: float
+ttft_note:
+  description: Why the chat completion's time to first token was not measured.
+  returned: when the chat stage passed without a measure
+  type: str
 """
 
 import json
@@ -158,7 +215,17 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_range
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_diagnosis import diagnose
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import Target, container_failed, probe
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health import (
+    Target,
+    container_failed,
+    probe,
+    probe_chat_timed,
+)
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_startup import (
+    is_marker,
+    parse_timestamp,
+    split_timestamped,
+)
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, SUPPORTED
 
 INSPECT_EVERY = 2.0
@@ -193,6 +260,9 @@ def check_options(params: dict) -> None:
     check_range(params["wait_seconds"], "wait_seconds", low=0)
     check_range(params["log_lines"], "log_lines", low=1)
     check_range(params["baseline_restarts"], "baseline_restarts", low=0)
+    if params["log_since"] and parse_timestamp(params["log_since"]) is None:
+        raise InputError(f"log_since {params['log_since']!r}: expected a Docker timestamp such as "
+                         "2026-12-04T14:00:00.123456789Z (the log_since of the call before), or empty")
 
 
 def logs(module: AnsibleModule, container: str, lines: int) -> list[str]:
@@ -202,6 +272,31 @@ def logs(module: AnsibleModule, container: str, lines: int) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
+def startup_log(module: AnsibleModule, container: str, since: str) -> tuple[list[list], str]:
+    """The start-up phase markers in the container's log since a Docker timestamp, each [epoch, line] in the
+    log's order, and the timestamp to go on from. Docker keeps stdout and stderr apart (vLLM logs to the one,
+    tqdm's bars go to the other): its timestamps put them back in order."""
+    rc, out, err = module.run_command(["docker", "logs", "--timestamps", f"--since={since}", container])
+    if rc != 0:
+        return [], since
+    entries = []
+    newest: tuple[float, str] = (float("-inf"), since)
+    # Lines end at newlines only: str.splitlines would also cut a tqdm bar at its carriage returns.
+    for raw in (out + "\n" + err).split("\n"):
+        at, line = split_timestamped(raw)
+        if at is None:
+            continue
+        # Docker's RFC 3339 drops trailing zeros of the nanoseconds: compare the times, keep the text.
+        newest = max(newest, (at, raw.split(" ", 1)[0]))
+        # A tqdm bar's updates are one line of carriage returns: its last state says enough; the engine's
+        # first line (its whole config) its first 300 characters.
+        segments = [part for part in line.split("\r") if part.strip()]
+        if segments and is_marker(segments[-1]):
+            entries.append([at, segments[-1][:300]])
+    entries.sort(key=lambda entry: entry[0])
+    return entries, newest[1]
+
+
 def wait(module: AnsibleModule, p: dict) -> tuple[dict, dict | None]:
     """Probes the API stage by stage and looks at the container every INSPECT_EVERY seconds until the model
     serves, the container failed or wait_seconds are up; returns the result and the container's last inspect."""
@@ -209,7 +304,8 @@ def wait(module: AnsibleModule, p: dict) -> tuple[dict, dict | None]:
     target = Target(p["url"], p["served_model_name"], api_key=p["api_key"], chat_timeout=p["chat_timeout"])
     deadline = time.monotonic() + max(0.0, p["wait_seconds"])
     passed: list[str] = []
-    result: dict = {"changed": False, "stage": "none", "detail": "", "last_log_line": ""}
+    result: dict = {"changed": False, "stage": "none", "detail": "", "last_log_line": "", "startup_watched": False}
+    first_probe = True
     info: dict | None = {}
     last_inspect = float("-inf")
     # Without a caller's baseline, the count at the first look: a restart during the wait is a crash even
@@ -220,7 +316,15 @@ def wait(module: AnsibleModule, p: dict) -> tuple[dict, dict | None]:
         tick = time.monotonic()
         # Probe first: the moment vLLM answers is what the caller waits for.
         for stage in stages[len(passed):]:
-            ok, detail = probe(target, stage)
+            if stage == "chat":
+                # Streamed: the first completion's time to first token is part of what a start costs.
+                ok, detail, ttft, why = probe_chat_timed(target)
+                result.update({"ttft_s": ttft} if ttft is not None else {"ttft_note": why} if ok else {})
+            else:
+                ok, detail = probe(target, stage)
+            if first_probe and stage == "health":
+                result["startup_watched"] = not ok
+            first_probe = False
             result["detail"] = detail
             if not ok:
                 break
@@ -270,6 +374,8 @@ def main() -> None:
             baseline_restarts=dict(type="int"),
             log_lines=dict(type="int", default=50),
             release=dict(type="str", choices=list(SUPPORTED), default=DEFAULT),
+            read_startup=dict(type="bool", default=True),
+            log_since=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -281,6 +387,11 @@ def main() -> None:
     if not module.get_bin_path("docker"):
         module.fail_json(msg="docker is not on PATH of the target; the health gate reads the container's state with it")
     result, info = wait(module, p)
+    if info and p["read_startup"] and (result["startup_watched"] or p["log_since"]):
+        since = p["log_since"] or result.get("started_at", "")
+        if since:
+            result["startup_lines"], result["log_since"] = startup_log(module, p["container"], since)
+    result["checked_at"] = time.time()
     tail = logs(module, p["container"], p["log_lines"]) if info is not None else []
     result["last_log_line"] = tail[-1] if tail else ""
     if result["state"] != "ready":

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_startup import duration_text
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.cluster import WORKER, cluster_of_host
 
 UNKNOWN = "unknown"
@@ -45,7 +46,8 @@ STATUS_COLUMNS = (
     ("driver_cuda", "driver/CUDA"), ("image", "image"),
     ("image_digest", "digest"), ("image_id_display", "image id"), ("model_revision", "model@revision"),
     ("served_model_name", "served as"),
-    ("health", "health"), ("run_wait", "run/wait"), ("kv_cache_usage", "KV %"), ("tokens", "tokens in/out"),
+    ("health", "health"), ("start_display", "ready in/TTFT"),
+    ("run_wait", "run/wait"), ("kv_cache_usage", "KV %"), ("tokens", "tokens in/out"),
     ("memory_used_pct", "mem %"), ("watchdog_display", "watchdog (last action)"), ("firewall", "ufw"),
 )
 # Every field of a status row (the JSON's keys).
@@ -53,9 +55,10 @@ ROW_FIELDS = ("host", "reachable", "error", "gpu", "gpu_present", "driver", "cud
               "image_id", "image_differs",
               "container", "model", "revision", "commit", "served_model_name", "model_source", "deployed_at",
               "health", "memory_used_pct", "watchdog", "watchdog_last_action", "watchdog_stop", "cluster_guard_stop",
-              "firewall", "cluster", "cluster_role", *METRICS)
-# What a cluster's row takes from its head alone: what its API says (the workers serve none).
-HEAD_ONLY = ("health", *METRICS)
+              "firewall", "cluster", "cluster_role", "time_to_ready_s", "ttft_s", *METRICS)
+# What a cluster's row takes from its head alone: what its API says (the workers serve none), and how fast it
+# started (the head's gate watched it).
+HEAD_ONLY = ("health", "time_to_ready_s", "ttft_s", *METRICS)
 BENCHMARK_COLUMNS = (
     ("host", "host"), ("members", "members"), ("completed", "done"), ("failed", "failed"),
     ("output_throughput", "out tok/s"),
@@ -195,6 +198,19 @@ def _memory_pct(gpu: dict) -> float | str:
     return UNKNOWN
 
 
+def start_figures(record: dict) -> dict:
+    """How the recorded deployment started, as the health gate measured it (the vllm role's known-good record,
+    `startup`): seconds from the container's start to /health answering, and the first completion's time to first
+    token; unknown where the gate did not watch the start or could not time the token."""
+    startup = record.get("startup") if isinstance(record.get("startup"), dict) else {}
+
+    def seconds(key: str) -> float | str:
+        value = startup.get(key)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else UNKNOWN
+
+    return {"time_to_ready_s": seconds("time_to_ready_s"), "ttft_s": seconds("ttft_s")}
+
+
 def status_row(raw: dict) -> dict:
     """One box's answers (see playbooks/status.yml) -> its row."""
     host = str(raw.get("host", UNKNOWN))
@@ -231,7 +247,7 @@ def status_row(raw: dict) -> dict:
            "watchdog_last_action": last_watchdog_action(raw.get("watchdog_journal"))
            if raw.get("watchdog_journal") is not None else UNKNOWN,
            "firewall": firewall_state(raw.get("ufw_rc"), raw.get("ufw_stdout")), "watchdog_stop": stopped_by,
-           "cluster_guard_stop": guard_stop}
+           "cluster_guard_stop": guard_stop, **start_figures(record)}
     if stopped_by and role != WORKER:
         row["health"] = f"down ({stopped_by})"
     for key, name in METRICS.items():
@@ -365,6 +381,9 @@ def status_display(row: dict) -> dict:
     image_id = _cell(row.get("image_id", UNKNOWN))
     out["image_id_display"] = f"{image_id} DIFFERS ({row['image_differs']})" if row.get("image_differs") else image_id
     out["run_wait"] = f"{_cell(row.get('requests_running'))}/{_cell(row.get('requests_waiting'))}"
+    ready, ttft = row.get("time_to_ready_s", UNKNOWN), row.get("ttft_s", UNKNOWN)
+    out["start_display"] = (f"{duration_text(ready) if isinstance(ready, (int, float)) else _cell(ready)}/"
+                            f"{f'{ttft:.2f} s' if isinstance(ttft, (int, float)) else _cell(ttft)}")
     out["tokens"] = f"{_cell(row.get('prompt_tokens_total'))}/{_cell(row.get('generation_tokens_total'))}"
     action = row.get("watchdog_last_action", UNKNOWN)
     out["watchdog_display"] = f"{row.get('watchdog', UNKNOWN)} ({action})"

@@ -163,7 +163,9 @@ def found_mid_rollout(outcome: dict[str, Any]) -> bool:
     """Whether the box was found, before this run touched it, running the spec of last-run.json
     while known-good.json (its `before`) says another passed the gate last."""
     last_run = outcome.get("last_run") or {}
-    known_good = {k: v for k, v in (outcome.get("before") or {}).items() if k != "deployed_at"}
+    # A known-good record notes when the deployment was made and how it started (roles/vllm/vars/main.yml,
+    # __vllm_record_notes); last-run.json is the spec alone.
+    known_good = {k: v for k, v in (outcome.get("before") or {}).items() if k not in ("deployed_at", "startup")}
     return bool(last_run) and last_run != known_good
 
 

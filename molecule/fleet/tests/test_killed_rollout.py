@@ -57,8 +57,8 @@ def start_rollout(extra: dict, summary: Path, limit: str) -> subprocess.Popen:
 
 
 def bare(deployment: dict) -> dict:
-    """A deployment record without the time it passed its gate (last-run.json has none)."""
-    return {k: v for k, v in deployment.items() if k != "deployed_at"}
+    """A deployment record without the time it passed its gate and how it started (last-run.json has neither)."""
+    return {k: v for k, v in deployment.items() if k not in ("deployed_at", "startup")}
 
 
 @dataclass

@@ -83,6 +83,23 @@ def test_deployed_image_is_recorded(host):
     assert recorded["image"] == inspect(host)["Config"]["Image"] == "sparkfleet-sim/vllm-openai:v0.34.0"
 
 
+def known_good(host) -> dict:
+    return json.loads(host.file("/var/lib/sparkfleet/vllm/known-good.json").content_string)
+
+
+def test_the_record_keeps_how_the_deployment_started(host):
+    # The gate watched the converge's start: the stand-in loads its weights for VLLM_STANDIN_STARTUP_SECONDS (12)
+    # and autotunes, silently as vLLM 0.19.1 does, for VLLM_STANDIN_AUTOTUNE_SECONDS (8) of its warm-up.
+    startup = known_good(host)["startup"]
+    assert startup["container_started_at"] == inspect(host)["State"]["StartedAt"]
+    assert 20 <= startup["time_to_ready_s"] < 120
+    assert 0 < startup["ttft_s"] < 5, startup
+    assert startup["vllm_version"] == "0.19.1"
+    phases = startup["phases_s"]
+    assert phases["weights"] >= 11 and phases["warmup"] >= 7.5, phases
+    assert sum(phases.values()) == pytest.approx(startup["time_to_ready_s"], abs=2.5)
+
+
 def test_api_listens_on_the_box(host):
     assert host.socket("tcp://0.0.0.0:8000").is_listening
 
@@ -184,6 +201,12 @@ def test_changed_setting_recreates_the_container(host):
     logs = host.check_output("docker logs vllm 2>&1")
     assert '"GET /health HTTP/1.1" 200' in logs, "the health gate never asked the new container"
     assert noticed >= ready, f"healthy_at {noticed:.3f} is before the new container was ready ({ready:.3f})"
+    # The gate's progress named the phase from the new container's log, counted from its start...
+    assert re.search(rf"vllm_health: {BOX}: vllm: loading weights for \d+ s \(\d+ s since the container started; "
+                     r"budget 2 min, ", result.stdout), result.stdout[-3000:]
+    assert f"vllm_health: {BOX}: vllm: warming up kernels for " in result.stdout, result.stdout[-3000:]
+    # ...and the new deployment's record has this start's figures.
+    assert known_good(host)["startup"]["container_started_at"] == after["State"]["StartedAt"]
 
 
 # --- failures: each one makes the role fail with its diagnosis --------------------------------

@@ -44,6 +44,9 @@ def health(**args: object) -> dict:
         ({"wait_seconds": float("nan")}, "wait_seconds"),
         ({"log_lines": 0}, "log_lines"),
         ({"baseline_restarts": -1}, "baseline_restarts"),
+        # Given to `docker logs --since=`: a timestamp the call before read, never another word.
+        ({"log_since": "--follow"}, "log_since"),
+        ({"log_since": "10m"}, "log_since"),
     ],
 )
 def test_options_that_cannot_be_meant_are_refused_naming_them(args, option):

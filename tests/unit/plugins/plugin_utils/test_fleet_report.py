@@ -421,3 +421,34 @@ def test_the_json_rows_carry_the_flag_the_table_shows():
 ])
 def test_image_name(reference: str, expected: tuple[str, str, str]):
     assert image_name(reference) == expected
+
+
+# --- how the deployment started (the health gate's figures in the known-good record) -----------------
+
+STARTUP = {"container_started_at": "2026-11-30T07:35:00.000000Z", "time_to_ready_s": 1446.0, "ttft_s": 0.412,
+           "ttft_note": "", "phases_s": {"weights": 45.0, "autotune": 1375.0}, "vllm_version": "0.34.0"}
+
+
+def test_the_row_shows_time_to_ready_and_the_first_completions_ttft():
+    row = status_row(raw(deployment=json.dumps({**RECORD, "startup": STARTUP})))
+    assert (row["time_to_ready_s"], row["ttft_s"]) == (1446.0, 0.412)
+    assert status_display(row)["start_display"] == "24 min 6 s/0.41 s"
+    table = render_table([status_display(row)], STATUS_COLUMNS).splitlines()
+    assert table[0].index("ready in/TTFT") == table[2].index("24 min 6 s/0.41 s")
+
+
+@pytest.mark.parametrize("startup", [None, {}, {"time_to_ready_s": 30.5, "ttft_s": None, "ttft_note": "not streamed"},
+                                     {"time_to_ready_s": "soon", "ttft_s": -1}, {"time_to_ready_s": True}, "garbage"])
+def test_a_start_the_gate_did_not_watch_or_time_is_unknown_not_a_guess(startup: object):
+    record = dict(RECORD) if startup is None else {**RECORD, "startup": startup}
+    row = status_row(raw(deployment=json.dumps(record)))
+    expected_ready = 30.5 if isinstance(startup, dict) and startup.get("time_to_ready_s") == 30.5 else "unknown"
+    assert (row["time_to_ready_s"], row["ttft_s"]) == (expected_ready, "unknown")
+    assert status_display(row)["start_display"] == f"{'30 s' if expected_ready == 30.5 else 'unknown'}/unknown"
+
+
+def test_a_clusters_start_is_its_heads():
+    head = member("head", deployment=json.dumps({**RECORD, "startup": STARTUP}))
+    units = status_units([head, member("worker")], GROUPS)
+    assert (units[0]["time_to_ready_s"], units[0]["ttft_s"]) == (1446.0, 0.412)
+    assert status_row({"host": "x", "reachable": False})["time_to_ready_s"] == "unknown"
