@@ -221,12 +221,12 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_health imp
     probe,
     probe_chat_timed,
 )
+from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, SUPPORTED
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_startup import (
     is_marker,
     parse_timestamp,
     split_timestamped,
 )
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, SUPPORTED
 
 INSPECT_EVERY = 2.0
 
