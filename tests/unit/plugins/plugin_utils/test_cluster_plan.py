@@ -360,9 +360,11 @@ def test_tensor_three_over_three_members_is_refused_and_pipeline_three_is_not():
     assert "errors" not in plan(cluster(3, tensor_parallel_size=1, pipeline_parallel_size=3))
 
 
-@pytest.mark.parametrize(("count", "tensor", "pipeline"), [(3, 1, 3), (4, 4, 1), (4, 2, 2), (4, 1, 4)])
-def test_every_rank_of_three_and_four_passes_vllms_checks(standin: ModuleType, model: Path, count: int, tensor: int,
-                                                          pipeline: int, monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("layout", [(3, 1, 3), (4, 4, 1), (4, 2, 2), (4, 1, 4)])
+def test_every_rank_of_three_and_four_passes_vllms_checks(standin: ModuleType, model: Path,
+                                                          layout: tuple[int, int, int],
+                                                          monkeypatch: pytest.MonkeyPatch):
+    count, tensor, pipeline = layout
     result = plan(cluster(count, tensor_parallel_size=tensor, pipeline_parallel_size=pipeline))
     for member in result["order"]:
         code, out = validate(standin, model, ["--enforce-eager", *result["members"][member]["argv"]], monkeypatch)
