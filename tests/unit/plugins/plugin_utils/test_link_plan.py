@@ -421,8 +421,8 @@ def test_four_members_on_one_switch_get_one_subnet_an_address_each_and_three_pee
     assert plan["errors"] == []
     rank = QUAD_MEMBERS.index(host)
     assert plan["addresses"] == {"enp1s0f1np1": f"192.168.100.{10 + rank}/24"}
-    assert plan["peers"] == {"enp1s0f1np1": {m: f"192.168.100.{10 + i}" for i, m in enumerate(QUAD_MEMBERS)
-                                              if m != host}}
+    others = {m: f"192.168.100.{10 + i}" for i, m in enumerate(QUAD_MEMBERS) if m != host}
+    assert plan["peers"] == {"enp1s0f1np1": others}
 
 
 def test_two_of_four_members_with_one_host_number_are_refused():
