@@ -280,6 +280,14 @@ def ping_command(ping: str, name: str, peer: str, mtu: int) -> list[str]:
     return [ping, "-M", "do", "-s", str(mtu - PING_OVERHEAD), "-c", "1", "-W", "1", "-I", name, peer]
 
 
+def peer_line(peer: dict, mtu: int, ok: bool) -> str:
+    """The doctor's report line of one peer: through a switch a cluster has a peer per other member on
+    each link, and one of them can fail while the others pass (its port's MTU, its cable)."""
+    outcome = "answered" if ok else "NOT answered"
+    return (f"{peer['interface']} -> {peer['host']} {peer['address']}: don't-fragment ping of "
+            f"{mtu - PING_OVERHEAD} bytes {outcome}")
+
+
 def ping_finding(host: str, peer: dict, mtu: int, result: tuple[int, str]) -> dict | None:
     """The finding of one ping to peer (`interface`, `host`, `address`; result: its exit code and output),
     None when it was answered."""

@@ -100,11 +100,13 @@ pings:
   type: list
   elements: dict
 report:
-  description: One line for each examined interface - the netplan files that configure it.
+  description: One line for each examined interface - the netplan files that configure it - then one for each peer
+    pinged - whether it answered the don't-fragment ping (a cluster through a switch has a peer per other member).
   returned: always
   type: list
   elements: str
-  sample: ["enp1s0f1np1: configured by /etc/netplan/40-cx7.yaml"]
+  sample: ["enp1s0f1np1: configured by /etc/netplan/40-cx7.yaml",
+           "enp1s0f1np1 -> spark-b 192.168.100.11: don't-fragment ping of 8972 bytes answered"]
 """
 
 import os
@@ -119,6 +121,7 @@ from ansible_collections.sparkfleet.serving.plugins.module_utils.link import (
     local_findings,
     netplan_findings,
     parse_ip_addr,
+    peer_line,
     ping_command,
     ping_finding,
     port_line,
@@ -189,8 +192,10 @@ def main() -> None:
         problem = ping_finding(host, peer, params["mtu"], (rc, out + err))
         if problem:
             findings.append(problem)
+    report = [port_line(i["name"], i["configured_by"]) for i in examined]
+    report += [peer_line(peer, params["mtu"], peer["ok"]) for peer in pings]
     module.exit_json(changed=False, findings=with_files(findings, netplan), interfaces=examined, pings=pings,
-                     report=[port_line(i["name"], i["configured_by"]) for i in examined])
+                     report=report)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 # Copyright (c) sparkfleet.serving contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""How the members of a cluster run one `vllm serve` together: vLLM 0.19.1's own multi-node
-mode (no Ray), tensor and pipeline parallelism across DGX Sparks cabled back to back.
+"""How the members of a cluster run one `vllm serve` together: vLLM's own multi-node mode (no
+Ray), tensor and pipeline parallelism across N DGX Sparks - two cabled back to back, or two to
+four through a switch as NVIDIA Sync clusters them - one head (rank 0) and N-1 workers.
 
 Runs on the controller, in the sparkfleet.serving.vllm_cluster_plan filter (standard library
 only): either {"errors": [...]} or the plan. Every member runs the same image, model and
@@ -16,6 +17,26 @@ MultiProcessing", 0.19.1). `--distributed-executor-backend mp` is not given: wit
 on CUDA vLLM chooses mp by itself (vllm/config/parallel.py:711, ParallelConfig.__post_init__).
 Rank order is the order of the members given (the inventory group's order); rank 0 is the head,
 the only member with an API server (each member's head, rank and role: plugins/plugin_utils/cluster.py).
+
+Each flag as vLLM's parser defines it, in both releases the collection is checked against
+(the sdists of vllm 0.19.1 and 0.34.0 from PyPI):
+
+    flag                        0.19.1                                  0.34.0
+    --tensor-parallel-size/-tp  vllm/engine/arg_utils.py:849            vllm/engine/arg_utils.py:1224
+    --pipeline-parallel-size/-pp vllm/engine/arg_utils.py:836           vllm/engine/arg_utils.py:1186
+    --master-addr               vllm/engine/arg_utils.py:840            vllm/engine/arg_utils.py:1190
+    --master-port               vllm/engine/arg_utils.py:841            vllm/engine/arg_utils.py:1191
+    --nnodes/-n                 vllm/engine/arg_utils.py:842            vllm/engine/arg_utils.py:1192
+    --node-rank/-r              vllm/engine/arg_utils.py:843            vllm/engine/arg_utils.py:1193
+    --headless                  vllm/entrypoints/openai/cli_args.py:328 vllm/entrypoints/common/cli_args.py:446
+
+`vllm serve --headless` sets no API server and runs run_headless (vllm/entrypoints/cli/serve.py:54-62
+and :116 in 0.19.1, :69-77 and :150 in 0.34.0). With --nnodes > 1 vLLM requires world size
+(tensor x pipeline x data parallel) divisible by --nnodes and --node-rank < --nnodes
+(create_engine_config: assertions at vllm/engine/arg_utils.py:1644-1648 in 0.19.1, ValueErrors at
+:2440-2453 in 0.34.0); here the world size is exactly members x GPUs per member, each rank
+0..N-1 once. The defaults (master port 29501, nnodes 1, node rank 0) are ParallelConfig's
+(vllm/config/parallel.py:240-246 in 0.19.1, :338-344 in 0.34.0).
 """
 
 from __future__ import annotations
@@ -27,7 +48,7 @@ from typing import Any
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_forms import flag_name, flag_value
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils import cluster
 
-# vLLM's default --master-port (vllm/config/parallel.py, ParallelConfig.master_port, 0.19.1).
+# vLLM's default --master-port (vllm/config/parallel.py, ParallelConfig.master_port: :240 in 0.19.1, :338 in 0.34.0).
 DEFAULT_MASTER_PORT = 29501
 # A DGX Spark has one GPU (GB10).
 DEFAULT_GPUS_PER_NODE = 1
@@ -81,8 +102,10 @@ def _members(data: Mapping, errors: list[str]) -> list[str]:
         errors.append(f"members: found {members!r}, expected the cluster's host names in rank order "
                       "(the inventory group's order), e.g. ['spark-a', 'spark-b']")
         return []
-    if len(set(members)) != len(members):
-        errors.append(f"members: {list(members)} names a host twice; each host is one node of the cluster")
+    twice = sorted({m for m in members if members.count(m) > 1})
+    if twice:
+        errors.append(f"members: {list(members)} names {', '.join(twice)} more than once ({len(members)} entries, "
+                      f"{len(set(members))} hosts); each host is one node of the cluster: list it once")
     if len(members) < 2:
         errors.append(f"members: found {list(members)}, a cluster needs at least two hosts; serve one host "
                       "without the cluster settings")
@@ -111,7 +134,7 @@ def _link(host: str, link: Any, errors: list[str]) -> dict[str, Any] | None:
     with prefix, its RoCE ports that are up."""
     if not isinstance(link, Mapping):
         errors.append(f"links.{host}: missing; expected {{'interfaces': [...], 'address': '192.168.100.10/24', "
-                      "'roce_devices': [...]}} for every member")
+                      "'roce_devices': [...]} for every member")
         return None
     interfaces = link.get("interfaces")
     if isinstance(interfaces, str):

@@ -266,3 +266,49 @@ def test_heads_must_divide_by_the_tensor_parallel_size(tmp_path: Path):
     code, out = node.finish()
     assert code == 1
     assert texts()["heads-not-divisible-by-tp"].format(heads=3, tensor_parallel_size=2) in out
+
+
+# --- three nodes, pipeline parallel size 3 (a cluster of three Sparks through a switch) ------------------------
+
+def trio_argv(model: Path, rank: int, master_port: int) -> list[str]:
+    """The plan's argument list for one node of three: tensor 1 x pipeline 3."""
+    argv = [str(model), "--served-model-name", SERVED, "--max-model-len", "16384", "--enforce-eager",
+            "--gpu-memory-utilization", "0.75", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "3",
+            "--nnodes", "3", "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port",
+            str(master_port)]
+    return argv + (["--headless"] if rank else [])
+
+
+def test_three_nodes_meet_only_once_every_rank_joined_and_name_their_pipeline_stages(model: Path):
+    master = free_port()
+    head = Node(trio_argv(model, 0, master), port=free_port())
+    first = Node(trio_argv(model, 1, master))
+    nodes = [head, first]
+    try:
+        time.sleep(1.0)
+        # Two of three ranks: the head's engine still waits in its store, its API is not up.
+        assert head.proc.poll() is None and not head.healthy()
+        second = Node(trio_argv(model, 2, master))
+        nodes.append(second)
+        head.wait_healthy()
+        status, body = head.post("/v1/completions", {"model": SERVED, "prompt": "three sparks", "max_tokens": 4})
+        assert status == 200 and body["choices"][0]["text"]
+        # The last stage goes away: the head's next request fails, as in a pair.
+        second.proc.kill()
+        second.proc.wait(timeout=10)
+        time.sleep(0.3)
+        status, _body = head.post("/v1/chat/completions",
+                                  {"model": SERVED, "messages": [{"role": "user", "content": "hi"}]})
+        assert status == 500
+        code, out = head.finish()
+        assert code == 0
+        # vLLM's worker names: pipeline stage, no tensor split (multiproc_executor.py:978-988, 0.19.1).
+        assert "(Worker_PP0 pid=" in out and "Worker_TP" not in out
+        _code, first_out = first.finish(stop=True)
+        assert "world_size=3 rank=1 local_rank=0" in first_out
+        assert "(Worker_PP1 pid=" in first_out and "Worker_TP" not in first_out
+    finally:
+        for node in nodes:
+            if node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGTERM)
+                node.proc.wait(timeout=10)

@@ -1,10 +1,11 @@
-"""Two simulated Sparks serving one model with vLLM's multi-node mode, as the vllm role left them: each
-member's container with its own rank, arguments and link environment, a real completion through the head's
-API (the stand-in's ranks meet over the link in a real TCP rendezvous), no API on the worker; then a worker
-killed, and a head killed: each time the role, run again, starts the cluster anew as one unit; and
-a worker the memory watchdog stopped: the next run stops the whole cluster and starts nothing. Docker restarts
-no member alone (a killed head, a worker gone away), and after a power cut of both the cluster serves again by
-itself.
+"""Three simulated Sparks on one switch serving one model with vLLM's multi-node mode (tensor 1 x pipeline 3),
+as the vllm role left them: each member's container with its own rank, arguments and link environment, a real
+completion through the head's API (the stand-in's three ranks meet over the link in a real TCP rendezvous), no
+API on the workers, each member's firewall letting every other member in on the link; then a worker killed, and
+a head killed: each time the role, run again, starts the cluster anew as one unit; and a worker the memory
+watchdog stopped: the next run stops the whole cluster and starts nothing. Docker restarts no member alone (a
+killed head, a worker gone away: the other worker's guard stops it), and after a power cut of all three the
+cluster serves again by itself.
 
 The tests run in this order and share the boxes.
 """
@@ -26,8 +27,11 @@ from spark_testinfra import eventually, golden_vllm_argv, inspect_container, rec
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 SCENARIO = Path(__file__).resolve().parents[1]
-HEAD, WORKER = "vc-spark-a", "vc-spark-b"
-LINK = {HEAD: "192.168.100.10", WORKER: "192.168.100.11"}
+# WORKER is the worker the tests that need one act on; SECOND the other (rank 2, the last pipeline stage).
+HEAD, WORKER, SECOND = "vc-spark-a", "vc-spark-b", "vc-spark-c"
+WORKERS = (WORKER, SECOND)
+LINK = {HEAD: "192.168.100.10", WORKER: "192.168.100.11", SECOND: "192.168.100.12"}
+TENSOR, PIPELINE = 1, 3
 KEY = "sk-molecule-cluster-test"
 SERVED = "qwen3.5-35b"
 
@@ -52,8 +56,9 @@ def lan_address(name: str) -> str:
 
 
 def cluster_args(rank: int) -> list[str]:
-    return ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "1", "--nnodes", "2", "--node-rank", str(rank),
-            "--master-addr", LINK[HEAD], "--master-port", "29501"] + (["--headless"] if rank else [])
+    return ["--tensor-parallel-size", str(TENSOR), "--pipeline-parallel-size", str(PIPELINE), "--nnodes",
+            str(len(LINK)), "--node-rank", str(rank), "--master-addr", LINK[HEAD], "--master-port", "29501"] + (
+        ["--headless"] if rank else [])
 
 
 def chat() -> str:
@@ -66,7 +71,7 @@ def chat() -> str:
 def test_each_member_runs_its_rank_after_the_profiles_arguments():
     # The profile's command line, the scenario's extra arguments, then the member's own cluster arguments.
     base = [*golden_vllm_argv(), "--distributed-timeout-seconds", "30"]
-    for rank, name in enumerate((HEAD, WORKER)):
+    for rank, name in enumerate(LINK):
         info = inspect(name)
         assert info["State"]["Status"] == "running"
         assert [info["Path"], *info["Args"]] == ["vllm", *base, *cluster_args(rank)]
@@ -83,26 +88,33 @@ def test_each_member_has_its_own_link_environment():
         assert "NCCL_IB_HCA" not in found and "NCCL_IB_GID_INDEX" not in found
 
 
-def test_the_worker_joined_the_head_over_the_link():
-    logs = box(WORKER).check_output("docker logs vllm 2>&1")
-    assert f"with head node address {LINK[HEAD]}:29501 for torch.distributed process group" in logs
-    assert "Worker_TP1" in logs
+def test_each_worker_joined_the_head_over_the_link_as_its_pipeline_stage():
+    for rank, name in enumerate(LINK):
+        if not rank:
+            continue
+        logs = box(name).check_output("docker logs vllm 2>&1")
+        assert f"with head node address {LINK[HEAD]}:29501 for torch.distributed process group" in logs
+        assert f"world_size=3 rank={rank} local_rank=0" in logs
+        # vLLM names a worker by its place in the parallel groups: pipeline stage `rank`, no tensor split.
+        assert f"(Worker_PP{rank} pid=" in logs and "Worker_TP" not in logs
 
 
 def test_a_completion_through_the_heads_api():
     assert chat()
 
 
-def test_the_worker_serves_no_api():
-    try:
-        socket.create_connection((lan_address(WORKER), 8000), timeout=3).close()
-    except OSError:
-        refused = True
-    else:
-        refused = False
-    assert refused
-    # The API server's line of vLLM 0.19.1 (vllm/entrypoints/openai/api_server.py:596), which the head logs.
-    assert "Starting vLLM server on" not in box(WORKER).check_output("docker logs vllm 2>&1")
+def test_the_workers_serve_no_api():
+    for name in WORKERS:
+        try:
+            socket.create_connection((lan_address(name), 8000), timeout=3).close()
+        except OSError:
+            refused = True
+        else:
+            refused = False
+        assert refused, name
+        # The API server's start line, which the head logs (vllm/entrypoints/openai/api_server.py in either release).
+        logs = box(name).check_output("docker logs vllm 2>&1")
+        assert "Starting vLLM server on" not in logs and "Starting vLLM API server" not in logs
 
 
 def connects(source_box: str, address: str, port: int) -> bool:
@@ -120,29 +132,46 @@ LISTENER = (f"import socket\ns = socket.create_server(('', {PROBE_PORT}))\n"
             "while True:\n    s.accept()[0].close()")
 
 
+def cluster_rule(rules: str, address: str) -> bool:
+    return re.search(rf"allow in on enp1s0f1np1 from {re.escape(address)}(/32)? ", rules) is not None
+
+
+def docker_link_address(name: str) -> str:
+    """The box's Docker address on the link network: on the link, but not a member's link address."""
+    return json.loads(subprocess.check_output(
+        ["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", name], text=True))["vc-cx7"]["IPAddress"]
+
+
+def test_each_member_lets_every_other_member_in_on_the_link_and_only_them():
+    """ufw is active on every member, and each lets the other two in by their link addresses (not itself); the
+    API port is open on the head alone."""
+    for name, own in LINK.items():
+        member = box(name)
+        assert "Status: active" in member.check_output("ufw status"), name
+        rules = member.check_output("ufw show added")
+        others = [address for other, address in LINK.items() if other != name]
+        assert all(cluster_rule(rules, address) for address in others), (name, rules)
+        assert not cluster_rule(rules, own), (name, rules)
+        assert len(re.findall(r"allow in on enp1s0f1np1 from ", rules)) == len(others), (name, rules)
+        # The API port is open on the head alone: the workers serve none (--headless).
+        assert bool(re.search(r"\b8000/tcp\b|port 8000\b", rules)) == (name == HEAD), (name, rules)
+
+
 def test_the_firewall_lets_only_the_members_link_addresses_in_on_the_link():
-    """ufw is active on both members; on the head, a port that only the cluster rule opens answers the
-    worker's link address and not the worker's other address on the same link network (a host there that is
-    not a member)."""
-    head = box(HEAD)
-    assert "Status: active" in head.check_output("ufw status")
-    rules = head.check_output("ufw show added")
-    assert re.search(rf"allow in on enp1s0f1np1 from {re.escape(LINK[WORKER])}(/32)? ", rules), rules
-    # The API port is open on the head alone: the worker serves none (--headless).
-    assert re.search(r"\b8000/tcp\b|port 8000\b", rules), rules
-    worker_rules = box(WORKER).check_output("ufw show added")
-    assert not re.search(r"\b8000/tcp\b|port 8000\b", worker_rules), worker_rules
-    head.run(f"printf %s {shlex.quote(LISTENER)} > /tmp/probe.py")
-    head.run("setsid sh -c 'echo $$ > /tmp/probe.pid; exec timeout 60 python3 /tmp/probe.py'"
-             " >/dev/null 2>&1 </dev/null &")
-    head.run(f"for i in $(seq 50); do ss -ltn | grep -q ':{PROBE_PORT} ' && break; sleep 0.1; done")
+    """On a worker (pipeline stages talk to each other, not only to the head), a port that only the cluster rule
+    opens answers the head's and the other worker's link addresses, and not the other worker's other address on
+    the same link network (a host there that is not a member)."""
+    target = box(WORKER)
+    target.run(f"printf %s {shlex.quote(LISTENER)} > /tmp/probe.py")
+    target.run("setsid sh -c 'echo $$ > /tmp/probe.pid; exec timeout 60 python3 /tmp/probe.py'"
+               " >/dev/null 2>&1 </dev/null &")
+    target.run(f"for i in $(seq 50); do ss -ltn | grep -q ':{PROBE_PORT} ' && break; sleep 0.1; done")
     try:
-        assert connects(WORKER, LINK[HEAD], PROBE_PORT)
-        docker_link = json.loads(subprocess.check_output(
-            ["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", HEAD], text=True))["vc-cx7"]["IPAddress"]
-        assert not connects(WORKER, docker_link, PROBE_PORT)
+        assert connects(HEAD, LINK[WORKER], PROBE_PORT)
+        assert connects(SECOND, LINK[WORKER], PROBE_PORT)
+        assert not connects(SECOND, docker_link_address(WORKER), PROBE_PORT)
     finally:
-        head.run("kill $(cat /tmp/probe.pid) || true")
+        target.run("kill $(cat /tmp/probe.pid) || true")
 
 
 CHECK = SCENARIO.parents[1] / "playbooks" / "check.yml"
@@ -217,8 +246,8 @@ def test_a_member_whose_tag_names_another_image_is_refused_before_any_member_cha
         assert other != original
         done = run_playbook(SCENARIO / "converge.yml")
         assert done.returncode != 0, done.output[-4000:]
-        assert (f"The members of cluster pair1 have different images under {reference}: {HEAD} has {original}, "
-                f"{WORKER} has {other}.") in " ".join(done.output.split())
+        assert (f"The members of cluster trio1 have different images under {reference}: {HEAD} has {original}, "
+                f"{WORKER} has {other}, {SECOND} has {original}.") in " ".join(done.output.split())
         assert {name: (inspect(name)["Image"], inspect(name)["State"]["StartedAt"]) for name in LINK} == before
     finally:
         worker.check_output(f"docker tag {original} {reference} && docker rmi {other}")
@@ -226,9 +255,10 @@ def test_a_member_whose_tag_names_another_image_is_refused_before_any_member_cha
 
 
 def test_a_killed_worker_starts_the_cluster_anew_as_one_unit():
-    # `docker kill` is a manual stop: Docker does not restart the worker, the role finds it not running.
+    # `docker kill` is a manual stop: Docker does not restart the worker, the role finds it not running. The last
+    # rank this time: the role starts all three anew, head first.
     before = started()
-    box(WORKER).check_output("docker kill vllm")
+    box(SECOND).check_output("docker kill vllm")
     converge_again()
     assert_started_anew(before)
 
@@ -259,7 +289,7 @@ def test_a_head_that_dies_is_not_restarted_alone_and_the_run_starts_the_cluster_
     assert_started_anew(before)
 
 
-def test_a_worker_that_goes_away_takes_the_head_down_at_its_next_request_and_neither_restarts():
+def test_a_worker_that_goes_away_takes_the_head_down_at_its_next_request_and_none_restarts():
     before = started()
     box(WORKER).check_output("docker kill vllm")
     # The head's engine has lost a rank: its next request fails, and its server ends with status 0.
@@ -267,14 +297,19 @@ def test_a_worker_that_goes_away_takes_the_head_down_at_its_next_request_and_nei
     assert eventually(lambda: not inspect(HEAD)["State"]["Running"], 60), "the head kept running without its worker"
     assert inspect(HEAD)["State"]["ExitCode"] == 0
     time.sleep(5)  # unless-stopped restarted the head at once, into a rendezvous nobody joined
-    for name in LINK:
+    for name in (HEAD, WORKER):
         assert running_or_restarting(name) == (False, False, 0), name
+    # The other worker does not notice (a headless worker waits on its head): its cluster guard stops it once the
+    # head's master port has been unreachable for vllm_cluster_head_lost_s (30 s), and Docker restarts it no more.
+    assert eventually(lambda: not inspect(SECOND)["State"]["Running"], 60), "the other worker kept running"
+    assert running_or_restarting(SECOND) == (False, False, 0)
+    assert box(SECOND).file("/var/lib/sparkfleet/vllm/cluster-guard-vllm.json").exists
     converge_again()
     assert_started_anew(before)
 
 
-def test_after_a_power_cut_of_both_members_the_cluster_serves_again_by_itself():
-    """Every process of both boxes killed at once, then both started (systemd boots again): Docker restarts
+def test_after_a_power_cut_of_every_member_the_cluster_serves_again_by_itself():
+    """Every process of the three boxes killed at once, then all started (systemd boots again): Docker restarts
     no member (restart policy no), the boot unit of each starts its container (Docker marked it killed:
     exit code 255), and the members meet again: a real completion through the head, no Ansible run."""
     before = started()
@@ -298,13 +333,14 @@ def test_a_member_the_watchdog_stopped_stops_the_whole_cluster_until_told_otherw
     worker = box(WORKER)
     assert watchdog_stops(worker, STOP_RECORD), "the watchdog recorded no stop"
     assert not inspect(WORKER)["State"]["Running"]
-    # The next run starts nothing: it stops the head too and fails on both members with the record.
+    # The next run starts nothing: it stops the head and the other worker too and fails on every member with the
+    # record.
     done = run_playbook(SCENARIO / "converge.yml")
     out = done.output
     assert done.returncode != 0, out[-4000:]
     assert f"The memory watchdog stopped vllm on {WORKER} at " in out
     assert "threshold 98.0 %, startup phase, trigger ceiling" in out
-    assert "Every member of cluster pair1 is stopped" in out
+    assert "Every member of cluster trio1 is stopped" in out
     time.sleep(3)  # unless-stopped: Docker does not bring back a container stopped by hand, nor the role's stop
     for name in LINK:
         state = inspect(name)["State"]

@@ -1,7 +1,7 @@
 """The fleet playbooks on the cluster, run as a user runs them (playbooks/status.yml, rollout.yml,
 benchmark.yml): the cluster is one unit. Status shows it as one row; a rollout of a changed setting
-restarts both members as one canary; a rollout of a change the stand-in vLLM refuses at start (less free
-memory than --gpu-memory-utilization asks for: vLLM's "Free memory on device" check) rolls both members
+restarts the three members as one canary; a rollout of a change the stand-in vLLM refuses at start (less free
+memory than --gpu-memory-utilization asks for: vLLM's "Free memory on device" check) rolls every member
 back together, and the cluster serves through its head again; the benchmark runs through the head.
 
 Runs after test_cluster.py (file order), on the cluster it leaves serving. The tests run in this order.
@@ -18,9 +18,10 @@ import pytest
 from spark_testinfra import run_playbook
 
 # The scenario's boxes and how to reach them: test_cluster.py's (one place for the scenario's names).
-from test_cluster import HEAD, WORKER, box, chat, env, inspect, started
+from test_cluster import HEAD, LINK, SECOND, WORKER, box, chat, env, inspect, started
 
-CLUSTER = "pair1"
+CLUSTER = "trio1"
+MEMBERS = list(LINK)
 PLAYBOOKS = Path(__file__).resolve().parents[3] / "playbooks"
 # The scenario's extra environment (molecule.yml), which -e vllm_extra_env replaces.
 EXTRA_ENV = {"VLLM_STANDIN_STARTUP_SECONDS": "3"}
@@ -62,20 +63,21 @@ def test_status_shows_the_cluster_as_one_row():
     assert done.returncode == 0, done.stdout[-4000:]
     assert status is not None
     [cluster] = status["clusters"]
-    assert (cluster["host"], cluster["head"], cluster["members"]) == (CLUSTER, HEAD, [HEAD, WORKER])
-    assert cluster["member_containers"] == {HEAD: "running", WORKER: "running"}
-    assert cluster["health"] == "ok" and status["healthy"] == 2
-    # Each box's own row stays in the JSON: the worker serves no API and says so.
+    assert (cluster["host"], cluster["head"], cluster["members"]) == (CLUSTER, HEAD, MEMBERS)
+    assert cluster["member_containers"] == dict.fromkeys(MEMBERS, "running")
+    assert cluster["health"] == "ok" and status["healthy"] == 3
+    # Each box's own row stays in the JSON: the workers serve no API and say so.
     rows = {row["host"]: row for row in status["hosts"]}
-    assert (rows[HEAD]["cluster_role"], rows[WORKER]["cluster_role"]) == ("head", "worker")
-    assert rows[WORKER]["health"].startswith("no API (worker of " + CLUSTER)
-    assert f"{HEAD} (head) running, {WORKER} running" in done.stdout
+    assert [rows[name]["cluster_role"] for name in MEMBERS] == ["head", "worker", "worker"]
+    for name in (WORKER, SECOND):
+        assert rows[name]["health"].startswith("no API (worker of " + CLUSTER), name
+    assert f"{HEAD} (head) running, {WORKER} running, {SECOND} running" in done.stdout
 
 
 @pytest.fixture(scope="module")
 def pinned_weights() -> dict:
-    """The weights' manifest on both members; the extra variables that pin their commit."""
-    for name in (HEAD, WORKER):
+    """The weights' manifest on every member; the extra variables that pin their commit."""
+    for name in MEMBERS:
         box(name).check_output("python3 -c %s", MANIFEST)
     return {"model_revision": COMMIT, "model_include": ["config.json"]}
 
@@ -86,39 +88,41 @@ def test_a_changed_setting_restarts_the_cluster_as_one_canary(pinned_weights):
                         {**pinned_weights, "vllm_extra_env": {**EXTRA_ENV, "SPARKFLEET_ROLLOUT_MARK": "1"}})
     assert done.returncode == 0, done.stdout[-4000:]
     assert summary is not None and summary["complete"] is True
-    # One batch of two hosts: the canary is the whole cluster.
-    assert "Batches of hosts, every cluster whole: [2]" in done.stdout
+    # One batch of three hosts: the canary is the whole cluster.
+    assert "Batches of hosts, every cluster whole: [3]" in done.stdout
     [unit] = summary["units"]
-    assert (unit["name"], unit["members"], unit["state"]) == (CLUSTER, [HEAD, WORKER], "deployed")
-    assert [entry["batch"] for entry in summary["hosts"]] == [1, 1]
-    assert summary["lines"][0].startswith(f"cluster {CLUSTER} ({HEAD} head, {WORKER}): deployed and health-gated")
-    for name in (HEAD, WORKER):
+    assert (unit["name"], unit["members"], unit["state"]) == (CLUSTER, MEMBERS, "deployed")
+    assert [entry["batch"] for entry in summary["hosts"]] == [1, 1, 1]
+    assert summary["lines"][0].startswith(
+        f"cluster {CLUSTER} ({HEAD} head, {WORKER}, {SECOND}): deployed and health-gated")
+    for name in MEMBERS:
         assert env(name)["SPARKFLEET_ROLLOUT_MARK"] == "1", name
         assert inspect(name)["State"]["StartedAt"] > before[name], name
     assert chat()
 
 
-def test_a_change_the_cluster_cannot_serve_rolls_both_members_back(pinned_weights):
-    before = {name: inspect(name) for name in (HEAD, WORKER)}
+def test_a_change_the_cluster_cannot_serve_rolls_every_member_back(pinned_weights):
+    before = {name: inspect(name) for name in MEMBERS}
     # 10 GiB free, where --gpu-memory-utilization 0.75 of the box's 119.7 GiB is asked for.
     bad = {**EXTRA_ENV, "SPARKFLEET_ROLLOUT_MARK": "1", "VLLM_STANDIN_FREE_GIB": "10"}
     done, summary = run("rollout.yml", "rollout-bad.json", {**pinned_weights, "vllm_extra_env": bad})
     assert done.returncode != 0, done.stdout[-4000:]
     assert summary is not None and summary["complete"] is False
-    assert summary["rolled_back"] == [HEAD, WORKER]
+    assert summary["rolled_back"] == MEMBERS
     [unit] = summary["units"]
     assert (unit["name"], unit["state"], unit["rolled_back"]) == (CLUSTER, "rolled_back", True)
     line = summary["lines"][0]
-    assert line.startswith(f"cluster {CLUSTER} ({HEAD} head, {WORKER}): FAILED, rolled back"), line
+    assert line.startswith(f"cluster {CLUSTER} ({HEAD} head, {WORKER}, {SECOND}): FAILED, rolled back"), line
     # The head's diagnosis: vLLM's own text about the memory it found free.
     assert "free memory" in line.lower(), line
-    for name in (HEAD, WORKER):
+    for name in MEMBERS:
         info = inspect(name)
         assert info["State"]["Running"] is True and info["Id"] != before[name]["Id"], name
         assert info["Args"] == before[name]["Args"], name
         assert "VLLM_STANDIN_FREE_GIB" not in env(name), name
-    # The head started first, then the worker (the rollback's order).
+    # The head started first, then the workers (the rollback's order).
     assert inspect(HEAD)["State"]["StartedAt"] < inspect(WORKER)["State"]["StartedAt"]
+    assert inspect(HEAD)["State"]["StartedAt"] < inspect(SECOND)["State"]["StartedAt"]
     assert chat()
 
 
@@ -129,5 +133,5 @@ def test_the_benchmark_runs_through_the_head_as_one_row():
     assert done.returncode == 0, done.stdout[-4000:]
     assert bench is not None
     [row] = bench["hosts"]
-    assert (row["host"], row["members"], row["completed"], row["failed"]) == (CLUSTER, [HEAD, WORKER], 4, 0)
+    assert (row["host"], row["members"], row["completed"], row["failed"]) == (CLUSTER, MEMBERS, 4, 0)
     assert list(bench["results"]) == [CLUSTER] and bench["fleet"]["completed"] == 4

@@ -1,6 +1,7 @@
-"""The cluster's ConnectX-7 link as the link role left it, proved with real frames of 9000 bytes; then
-the doctor on a link whose ends differ in MTU, the link playbook putting it right, a wrong interface
-name refused before any change, and the undo.
+"""The cluster's ConnectX-7 link as the link role left it on three members through one switch (one subnet),
+proved with real frames of 9000 bytes between every pair; then the doctor, peer by peer, on a link where one
+member's end differs in MTU, the link playbook putting it right, a wrong interface name refused before any
+change, and the undo.
 
 The tests run in this order and share the boxes, after the cluster's own (pytest runs this file last):
 each leaves them as the role made them, but the last, which takes the link down.
@@ -19,9 +20,11 @@ from spark_testinfra import recap_changed, run_playbook
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 SCENARIO = Path(__file__).resolve().parents[1]
-# The link role alone, as a user sets up a cabled pair (molecule/cluster/converge.yml runs it among the others).
+# The link role alone, as a user sets up a cluster (molecule/cluster/converge.yml runs it among the others).
 LINK = SCENARIO.parents[1] / "playbooks" / "link.yml"
-ADDRESS = {"vc-spark-a": "192.168.100.10", "vc-spark-b": "192.168.100.11"}
+ADDRESS = {"vc-spark-a": "192.168.100.10", "vc-spark-b": "192.168.100.11", "vc-spark-c": "192.168.100.12"}
+# Every ordered pair of members: through a switch each member reaches every other one.
+PAIRS = [(source, target) for source in ADDRESS for target in ADDRESS if source != target]
 NETPLAN = "/etc/netplan/40-sparkfleet-link.yaml"
 NVIDIA = "/etc/netplan/40-cx7.yaml"
 BACKUP = "/var/lib/sparkfleet/link/netplan-replaced/40-cx7.yaml"
@@ -72,9 +75,8 @@ def test_addresses_and_mtu_in_force():
         assert cx7(name)["mtu"] == 9000
 
 
-def test_frames_of_9000_bytes_pass_both_ways_over_the_new_addresses():
-    assert ping("vc-spark-a", "vc-spark-b") == 0
-    assert ping("vc-spark-b", "vc-spark-a") == 0
+def test_frames_of_9000_bytes_pass_between_every_pair_over_the_new_addresses():
+    assert {pair: ping(*pair) for pair in PAIRS} == dict.fromkeys(PAIRS, 0)
 
 
 def test_the_doctor_finds_the_link_ready_but_for_the_missing_roce_device():
@@ -84,6 +86,10 @@ def test_the_doctor_finds_the_link_ready_but_for_the_missing_roce_device():
     assert recap_changed(done.stdout) == 0
     assert "WARNING roce enp1s0f1np1: no RoCE device under /sys/class/net/enp1s0f1np1/device/infiniband" in out
     assert "ERROR" not in out
+    # One line per peer on each member: two peers each, every one answered.
+    for source, target in PAIRS:
+        assert (f"enp1s0f1np1 -> {target} {ADDRESS[target]}: don't-fragment ping of 8972 bytes answered"
+                in out), (source, target)
 
 
 def test_mtu_mismatch_found_by_the_doctor_with_its_fix_then_put_right_by_the_role():
@@ -97,15 +103,21 @@ def test_mtu_mismatch_found_by_the_doctor_with_its_fix_then_put_right_by_the_rol
     assert "ERROR mtu enp1s0f1np1: MTU 1500 on vc-spark-b enp1s0f1np1; expected 9000" in out
     assert "`sudo ip link set enp1s0f1np1 mtu 9000`" in out
     assert ("the ends of 192.168.100.0/24 differ in MTU: vc-spark-a enp1s0f1np1 9000, vc-spark-b enp1s0f1np1 "
-            "1500") in out
-    assert ("ERROR ping enp1s0f1np1: vc-spark-a enp1s0f1np1 -> vc-spark-b 192.168.100.11: no answer to a "
-            "don't-fragment ping") in out
+            "1500, vc-spark-c enp1s0f1np1 9000") in out
+    # Peer by peer: both other members fail to reach vc-spark-b with a full frame; vc-spark-a and vc-spark-c reach
+    # each other.
+    for source in ("vc-spark-a", "vc-spark-c"):
+        assert (f"ERROR ping enp1s0f1np1: {source} enp1s0f1np1 -> vc-spark-b 192.168.100.11: no answer to a "
+                "don't-fragment ping") in out, source
+    assert "enp1s0f1np1 -> vc-spark-b 192.168.100.11: don't-fragment ping of 8972 bytes NOT answered" in out
+    assert "enp1s0f1np1 -> vc-spark-c 192.168.100.12: don't-fragment ping of 8972 bytes answered" in out
+    assert "vc-spark-a enp1s0f1np1 -> vc-spark-c" not in out and "vc-spark-c enp1s0f1np1 -> vc-spark-a" not in out
     # The netplan file did not change; the runtime did: the role applies it again on vc-spark-b only.
     fixed = run_playbook(LINK)
     assert fixed.returncode == 0, fixed.output[-3000:]
     assert cx7("vc-spark-b")["mtu"] == 9000
     assert ping("vc-spark-a", "vc-spark-b") == 0
-    assert changed_by_host(fixed.stdout) == {"vc-spark-a": 0, "vc-spark-b": 2}
+    assert changed_by_host(fixed.stdout) == {"vc-spark-a": 0, "vc-spark-b": 2, "vc-spark-c": 0}
     assert run_playbook(DOCTOR).returncode == 0
 
 
@@ -129,3 +141,4 @@ def test_undo_restores_what_was_there():
     assert not a.file(BACKUP).exists
     # networkd dropped what no file configures any more (vc-spark-a's NVIDIA file gives it .10 again).
     assert "192.168.100.11/24" not in ipv4("vc-spark-b")
+    assert "192.168.100.12/24" not in ipv4("vc-spark-c")

@@ -5,7 +5,7 @@ the file back with the same addresses; addresses with the wrong MTU are not kept
 
 NVIDIA Sync's Cluster Assistant writes /etc/netplan/99-nvidia-sync-cluster.yaml
 (https://docs.nvidia.com/sync/latest/cluster-network-inspection.html); its addresses here differ from the
-role's (192.168.100.10 and .11) so that the tests tell which were given.
+role's (192.168.100.10, .11 and .12) so that the tests tell which were given.
 
 The tests run in this order and share the boxes, after tests/test_link.py (pytest runs this file last): they
 start from what its undo left - no role file, NVIDIA's connect-two-sparks file (prepare.yml) back on vc-spark-a.
@@ -29,8 +29,8 @@ NETPLAN = "/etc/netplan/40-sparkfleet-link.yaml"
 NVIDIA = "/etc/netplan/40-cx7.yaml"
 SYNC = "/etc/netplan/99-nvidia-sync-cluster.yaml"
 KEPT = "/var/lib/sparkfleet/link/netplan-replaced/99-nvidia-sync-cluster.yaml"
-SYNC_ADDRESS = {"vc-spark-a": "192.168.1.1", "vc-spark-b": "192.168.1.2"}
-ROLE_ADDRESS = {"vc-spark-a": "192.168.100.10", "vc-spark-b": "192.168.100.11"}
+SYNC_ADDRESS = {"vc-spark-a": "192.168.1.1", "vc-spark-b": "192.168.1.2", "vc-spark-c": "192.168.1.3"}
+ROLE_ADDRESS = {"vc-spark-a": "192.168.100.10", "vc-spark-b": "192.168.100.11", "vc-spark-c": "192.168.100.12"}
 # What `netplan apply` does for networkd, as the scenario's link_apply_command (molecule.yml).
 APPLY = "netplan generate && networkctl reload && networkctl reconfigure enp1s0f1np1"
 
@@ -71,6 +71,7 @@ def test_the_doctor_names_the_file_of_each_port_and_finds_a_port_in_two():
     assert f"[enp1s0f1np1: configured by {NVIDIA}, {SYNC}]" in out
     assert f"enp1s0f1np1: configured by {SYNC}" in out
     assert "enp1s0f1np1 on vc-spark-b is configured by" not in out
+    assert "enp1s0f1np1 on vc-spark-c is configured by" not in out
 
 
 def test_right_addresses_of_nvidia_syncs_file_are_kept():
@@ -81,7 +82,7 @@ def test_right_addresses_of_nvidia_syncs_file_are_kept():
     out = done.output
     assert done.returncode == 0, out[-3000:]
     assert (f"kept the addresses {SYNC} gives the link: enp1s0f1np1 192.168.1.1/24, MTU 9000 - right for cluster "
-            "pair1") in out
+            "trio1") in out
     for name, address in SYNC_ADDRESS.items():
         document = yaml.safe_load(box(name).file(NETPLAN).content_string)
         assert document["network"]["ethernets"]["enp1s0f1np1"]["addresses"] == [f"{address}/24"]
@@ -90,8 +91,7 @@ def test_right_addresses_of_nvidia_syncs_file_are_kept():
         assert not box(name).file(SYNC).exists
         assert f"{address}/24" in box(name).file(KEPT).content_string
     assert {name: ipv4(name) for name in SYNC_ADDRESS} == before
-    assert frames_pass("vc-spark-a", "vc-spark-b", SYNC_ADDRESS)
-    assert frames_pass("vc-spark-b", "vc-spark-a", SYNC_ADDRESS)
+    assert all(frames_pass(a, b, SYNC_ADDRESS) for a in SYNC_ADDRESS for b in SYNC_ADDRESS if a != b)
     # The doctor's play of playbooks/link.yml: each port in the role's file alone, nothing wrong.
     assert f"enp1s0f1np1: configured by {NETPLAN}" in out
     assert "ERROR" not in out
@@ -129,5 +129,4 @@ def test_addresses_with_mtu_1500_are_not_kept_and_the_run_says_why():
         assert f"{address}/24" in ipv4(name)
         assert yaml.safe_load(box(name).file(NETPLAN).content_string)["network"]["ethernets"]["enp1s0f1np1"][
             "mtu"] == 9000
-    assert frames_pass("vc-spark-a", "vc-spark-b", ROLE_ADDRESS)
-    assert frames_pass("vc-spark-b", "vc-spark-a", ROLE_ADDRESS)
+    assert all(frames_pass(a, b, ROLE_ADDRESS) for a in ROLE_ADDRESS for b in ROLE_ADDRESS if a != b)

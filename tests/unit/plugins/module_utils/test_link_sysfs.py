@@ -311,7 +311,8 @@ def test_link_doctor_pings_each_peer_and_reports_with_fixes(spark: Path, netplan
     assert ready["findings"] == []
     assert ready["interfaces"][0]["gid_index"] == {"192.168.100.10": 3}
     assert ready["interfaces"][0]["configured_by"] == [str(netplan / "40-cx7.yaml")]
-    assert ready["report"] == [f"enp1s0f1np1: configured by {netplan}/40-cx7.yaml"]
+    assert ready["report"] == [f"enp1s0f1np1: configured by {netplan}/40-cx7.yaml",
+                               "enp1s0f1np1 -> spark-b 192.168.100.11: don't-fragment ping of 8972 bytes answered"]
     assert ready["pings"] == [{**args["peers"][0], "ok": True}]
     assert ready["calls"][-1] == ["/usr/bin/ping", "-M", "do", "-s", "8972", "-c", "1", "-W", "1", "-I",
                                   "enp1s0f1np1", "192.168.100.11"]
@@ -319,7 +320,30 @@ def test_link_doctor_pings_each_peer_and_reports_with_fixes(spark: Path, netplan
                         {"ip": (0, IP_ADDR, ""), "ping": (1, "1 packets transmitted, 0 received", "")})
     assert [f["check"] for f in silent["findings"]] == ["link", "ping"]
     assert "no interface enp1s0f1np7 on spark-a" in silent["findings"][0]["found"]
-    assert silent["report"] == []
+    assert silent["report"] == ["enp1s0f1np1 -> spark-b 192.168.100.11: don't-fragment ping of 8972 bytes NOT answered"]
+
+
+def test_link_doctor_through_a_switch_reports_each_peer_and_finds_the_one_that_fails(
+        spark: Path, netplan: Path, capsys, monkeypatch):
+    """Four members on one switch: three peers, one of them (spark-c) drops full frames; the others pass."""
+    peers = [{"interface": "enp1s0f1np1", "host": host, "address": f"192.168.100.{n}"}
+             for host, n in (("spark-b", 11), ("spark-c", 12), ("spark-d", 13))]
+    args = {"sys_root": str(spark), "interfaces": ["enp1s0f1np1"], "host": "spark-a", "netplan_dir": str(netplan),
+            "peers": peers}
+    answers = iter([(0, "", ""), (1, "ping: local error: message too long, mtu=1500", ""), (0, "", "")])
+
+    class Replies(dict):
+        def __getitem__(self, name: str) -> tuple[int, str, str]:
+            return (0, IP_ADDR, "") if name == "ip" else next(answers)
+
+    result = run_module(link_doctor.main, args, capsys, monkeypatch, Replies())
+    assert [p["ok"] for p in result["pings"]] == [True, False, True]
+    assert result["report"][1:] == [
+        "enp1s0f1np1 -> spark-b 192.168.100.11: don't-fragment ping of 8972 bytes answered",
+        "enp1s0f1np1 -> spark-c 192.168.100.12: don't-fragment ping of 8972 bytes NOT answered",
+        "enp1s0f1np1 -> spark-d 192.168.100.13: don't-fragment ping of 8972 bytes answered"]
+    [ping] = [f for f in result["findings"] if f["check"] == "ping"]
+    assert "spark-a enp1s0f1np1 -> spark-c 192.168.100.12" in ping["found"]
 
 
 def test_link_doctor_names_the_files_of_each_port_and_finds_two(spark: Path, netplan: Path, capsys, monkeypatch):

@@ -189,7 +189,7 @@ def test_two_members_with_one_address_are_refused():
 
 @pytest.mark.parametrize("overrides, expected", [
     ({"members": ["spark-a"]}, "a cluster needs at least two hosts"),
-    ({"members": ["spark-a", "spark-a"]}, "names a host twice"),
+    ({"members": ["spark-a", "spark-a"]}, "names spark-a more than once (2 entries, 1 hosts)"),
     ({"members": "spark-a,spark-b"}, "expected the cluster's host names in rank order"),
     ({"tensor_parallel_size": "2"}, "tensor_parallel_size: found '2', expected a whole number"),
     ({"tensor_parallel_size": True}, "tensor_parallel_size: found True"),
@@ -279,3 +279,103 @@ def test_extra_args_vllm_refuses_in_multi_node_mode_are_refused_before_any_membe
 def test_extra_args_vllm_takes_in_multi_node_mode_pass(extra: list[str]):
     settings = {m: {"settings": {"extra_args": extra}} for m in ("spark-a", "spark-b")}
     assert "errors" not in plan(inputs(member_settings=settings))
+
+
+# --- clusters of two, three and four (NVIDIA Sync clusters 2 to 4 Sparks through a switch) -----------------
+
+NAMES = ["spark-a", "spark-b", "spark-c", "spark-d"]
+
+
+def cluster(count: int, **overrides: Any) -> dict[str, Any]:
+    """`count` members on one switch subnet, ranks in the order given, one GPU each."""
+    members = NAMES[:count]
+    links = {m: link(f"192.168.100.{10 + i}/24", "rocep1s0f1") for i, m in enumerate(members)}
+    return inputs(members=members, links=links, **overrides)
+
+
+@pytest.mark.parametrize(("count", "tensor", "pipeline"), [(2, 2, 1), (2, 1, 2), (3, 1, 3), (4, 4, 1), (4, 2, 2),
+                                                           (4, 1, 4)])
+def test_n_members_one_head_and_n_minus_one_headless_workers(count: int, tensor: int, pipeline: int):
+    result = plan(cluster(count, tensor_parallel_size=tensor, pipeline_parallel_size=pipeline))
+    assert "errors" not in result, result
+    assert (result["head"], result["order"], result["nnodes"], result["world_size"]) == (
+        "spark-a", NAMES[:count], count, count)
+    assert result["master_addr"] == "192.168.100.10"
+    for rank, member in enumerate(NAMES[:count]):
+        place = result["members"][member]
+        assert (place["rank"], place["role"]) == (rank, "worker" if rank else "head")
+        assert place["argv"] == [
+            "--tensor-parallel-size", str(tensor), "--pipeline-parallel-size", str(pipeline), "--nnodes", str(count),
+            "--node-rank", str(rank), "--master-addr", "192.168.100.10", "--master-port", str(DEFAULT_MASTER_PORT),
+            *(["--headless"] if rank else [])]
+        # Each member names its own address; all meet at the head's.
+        assert place["env"]["VLLM_HOST_IP"] == f"192.168.100.{10 + rank}"
+    assert [m for m, p in result["members"].items() if "--headless" not in p["argv"]] == ["spark-a"]
+
+
+@pytest.mark.parametrize(("count", "sizes", "expected"), [
+    (3, {"tensor_parallel_size": 2}, "tensor_parallel_size 2 x pipeline_parallel_size 1 = 2 GPUs, but the cluster has "
+                                     "3 members x 1 GPU(s) = 3"),
+    (3, {"tensor_parallel_size": 1, "pipeline_parallel_size": 2}, "= 2 GPUs, but the cluster has 3 members"),
+    (4, {"tensor_parallel_size": 2, "pipeline_parallel_size": 1}, "= 2 GPUs, but the cluster has 4 members x 1 GPU(s) "
+                                                                  "= 4: every GPU of the cluster holds one shard, so "
+                                                                  "set the product to 4"),
+    (4, {"tensor_parallel_size": 1, "pipeline_parallel_size": 3}, "= 3 GPUs, but the cluster has 4 members"),
+    (4, {"tensor_parallel_size": 4, "gpus_per_node": 2}, "4 members x 2 GPU(s) = 8"),
+])
+def test_a_product_that_is_not_the_clusters_gpus_is_refused_with_the_figures(count: int, sizes: dict[str, int],
+                                                                             expected: str):
+    found = plan(cluster(count, **sizes))["errors"]
+    assert any(expected in e for e in found), found
+
+
+def test_a_member_without_a_link_is_refused_by_name():
+    data = cluster(4, tensor_parallel_size=4)
+    del data["links"]["spark-c"]
+    found = plan(data)["errors"]
+    assert found == ["links.spark-c: missing; expected {'interfaces': [...], 'address': '192.168.100.10/24', "
+                     "'roce_devices': [...]} for every member"]
+
+
+def test_a_host_listed_twice_among_four_is_refused():
+    data = cluster(4, tensor_parallel_size=4)
+    data["members"] = ["spark-a", "spark-b", "spark-c", "spark-b"]
+    found = plan(data)["errors"]
+    assert any("names spark-b more than once (4 entries, 3 hosts)" in e for e in found), found
+
+
+def test_a_worker_of_four_on_another_subnet_is_refused_by_name():
+    data = cluster(4, tensor_parallel_size=4)
+    data["links"]["spark-d"] = link("192.168.101.13/24")
+    assert plan(data)["errors"] == [
+        "links: the head spark-a's link address 192.168.100.10 (the master address) is not on spark-d's link subnet "
+        "192.168.101.0/24: spark-d could not reach it over the link; give every member an address on one subnet "
+        "(e.g. 192.168.100.0/24)"]
+
+
+def test_tensor_three_over_three_members_is_refused_and_pipeline_three_is_not():
+    """Qwen3.5's 16 attention heads do not split three ways (vLLM's own check); its layers do."""
+    assert any("must be divisible by tensor parallel size (3)" in e
+               for e in plan(cluster(3, tensor_parallel_size=3))["errors"])
+    assert "errors" not in plan(cluster(3, tensor_parallel_size=1, pipeline_parallel_size=3))
+
+
+@pytest.mark.parametrize("layout", [(3, 1, 3), (4, 4, 1), (4, 2, 2), (4, 1, 4)])
+def test_every_rank_of_three_and_four_passes_vllms_checks(standin: ModuleType, model: Path,
+                                                          layout: tuple[int, int, int],
+                                                          monkeypatch: pytest.MonkeyPatch):
+    count, tensor, pipeline = layout
+    result = plan(cluster(count, tensor_parallel_size=tensor, pipeline_parallel_size=pipeline))
+    for member in result["order"]:
+        code, out = validate(standin, model, ["--enforce-eager", *result["members"][member]["argv"]], monkeypatch)
+        assert code == 0, (member, out)
+
+
+def test_vllm_refuses_a_node_rank_beyond_nnodes_and_nnodes_that_do_not_divide_the_world(
+        standin: ModuleType, model: Path, monkeypatch: pytest.MonkeyPatch):
+    """The checks above can fail: what the plan never gives, vLLM (the stand-in, from its source) refuses."""
+    argv = ["--enforce-eager", "--pipeline-parallel-size", "3", "--master-addr", "192.168.100.10", "--headless"]
+    code, out = validate(standin, model, [*argv, "--nnodes", "3", "--node-rank", "3"], monkeypatch)
+    assert code == 1 and "node_rank=3 must be less than nnodes=3" in out, out
+    code, out = validate(standin, model, [*argv, "--nnodes", "2", "--node-rank", "1"], monkeypatch)
+    assert code == 1 and "world_size=3 must be divisible by nnodes=2" in out, out

@@ -328,6 +328,16 @@ def test_a_cluster_member_lets_the_other_members_in_on_each_link_interface_only(
     assert not [r for r in make(**INPUT)["rules"] if ": cluster " in r["comment"]]
 
 
+def test_a_member_of_four_lets_the_three_others_in_and_no_one_else():
+    """Four Sparks through one switch: spark-a's peers on its one link are the three others, each let in by its
+    own link address (the link role's peers never hold the member itself)."""
+    peers = {"enp1s0f1np1": {f"spark-{c}": f"192.168.100.{n}" for c, n in (("b", 11), ("c", 12), ("d", 13))}}
+    result = make(**INPUT, cluster_peers=peers)
+    cluster = [rule for rule in result["rules"] if ": cluster " in rule["comment"]]
+    assert [(r["from"], r["interface"], r["port"], r["proto"]) for r in cluster] == [
+        (f"192.168.100.{n}/32", "enp1s0f1np1", "", "any") for n in (11, 12, 13)]
+
+
 def test_a_member_that_left_the_cluster_loses_its_rule():
     state = converged(added=converged()["added"]["output"]
                       + "\nufw allow in on enp1s0f1np1 from 192.168.100.12 comment "

@@ -46,6 +46,16 @@ def test_a_clusters_worker_is_left_out_and_its_head_serves():
     assert [b["host"] for b in result["routes"][0]["backends"]] == ["head"]
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_a_clusters_workers_are_left_out_whatever_their_number(workers: int):
+    """Two to four members: the head alone is a backend; a worker serves no API (--headless)."""
+    boxes = {"head": box(role="head"), **{f"worker-{n}": box(role="worker") for n in range(1, workers + 1)},
+             "single": box()}
+    result = plan(boxes)
+    assert result["errors"] == []
+    assert [b["host"] for b in result["routes"][0]["backends"]] == ["head", "single"]
+
+
 def test_an_address_override_and_ipv6_addresses():
     result = plan({"a": box(ansible_host="fd00::2"), "b": box()}, addresses={"b": "192.168.1.7"})
     assert [b["url"] for b in result["routes"][0]["backends"]] == ["http://[fd00::2]:8000", "http://192.168.1.7:8000"]

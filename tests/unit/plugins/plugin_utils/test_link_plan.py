@@ -404,3 +404,48 @@ def test_link_existing_filter_at_its_boundary():
     assert link_filters.link_existing(inputs(facts=member_facts({SYNC: sync_file(2)})))["files"] == [SYNC]
     with pytest.raises(AnsibleFilterError, match="link_existing"):
         link_filters.link_existing({"host": "x"})
+
+
+# --- clusters of more than two, through a switch (NVIDIA Sync clusters 2 to 4 Sparks) -------------------
+
+QUAD_MEMBERS = ["spark-a", "spark-b", "spark-c", "spark-d"]
+QUAD = {"spark": QUAD_MEMBERS, "clusters": QUAD_MEMBERS, "quad": QUAD_MEMBERS}
+
+
+@pytest.mark.parametrize("host", QUAD_MEMBERS)
+def test_four_members_on_one_switch_get_one_subnet_an_address_each_and_three_peers(host: str):
+    """One switch port per box: one link interface, one subnet, the host number by rank; every other member is a
+    peer (what the doctor pings and the firewall lets in)."""
+    plan = link_plan.plan(inputs(host=host, cluster=cluster_of_host(QUAD, host), interfaces=["enp1s0f1np1"],
+                                 subnets=["192.168.100.0/24"], host_numbers=dict.fromkeys(QUAD_MEMBERS, 0)))
+    assert plan["errors"] == []
+    rank = QUAD_MEMBERS.index(host)
+    assert plan["addresses"] == {"enp1s0f1np1": f"192.168.100.{10 + rank}/24"}
+    others = {m: f"192.168.100.{10 + i}" for i, m in enumerate(QUAD_MEMBERS) if m != host}
+    assert plan["peers"] == {"enp1s0f1np1": others}
+
+
+def test_two_of_four_members_with_one_host_number_are_refused():
+    numbers = {"spark-a": 0, "spark-b": 0, "spark-c": 0, "spark-d": 11}
+    found = refusal(host="spark-d", cluster=cluster_of_host(QUAD, "spark-d"), host_numbers=numbers)
+    assert "spark-b" in found and "spark-d" in found and "11" in found
+
+
+def quad_reports(mtu_c: int = 9000) -> dict:
+    return {m: {"interfaces": [{"name": "enp1s0f1np1", "mtu": mtu_c if m == "spark-c" else 9000,
+                                "ipv4": [f"192.168.100.{10 + i}/24"]}]} for i, m in enumerate(QUAD_MEMBERS)}
+
+
+def test_each_of_four_members_pings_the_three_others():
+    for host in QUAD_MEMBERS:
+        assert link_plan.peers(quad_reports(), host) == [
+            {"interface": "enp1s0f1np1", "host": m, "address": f"192.168.100.{10 + i}"}
+            for i, m in enumerate(QUAD_MEMBERS) if m != host]
+
+
+def test_one_end_of_four_at_another_mtu_is_named_among_all_ends():
+    assert link_plan.cluster_findings(quad_reports(), "spark-a", 9000) == []
+    [found] = link_plan.cluster_findings(quad_reports(mtu_c=1500), "spark-a", 9000)
+    assert found["check"] == "mtu"
+    assert ("spark-a enp1s0f1np1 9000, spark-b enp1s0f1np1 9000, spark-c enp1s0f1np1 1500, spark-d enp1s0f1np1 "
+            "9000") in found["found"]
