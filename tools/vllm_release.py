@@ -114,10 +114,28 @@ def compare(old_version: str, new_version: str) -> dict[str, list[str]]:
 
 
 def recheck_recipes(release: str) -> list[str]:
-    """HOOK for the vllm role's recipes and profiles: what in them `release` refuses or changes (flags
-    the release lacks, names it no longer registers), one line each. Not written yet: returns nothing."""
-    del release
-    return []
+    """Each recipe of the vllm role (roles/vllm/recipes), its command line for every box size it is sized for,
+    through `release`'s parser table and registries: one line per refusal (flags the release lacks, names it no
+    longer registers). A release the collection does not support yet is read from its generated table."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    try:
+        from ansible_collections.sparkfleet.serving.plugins.module_utils import (  # noqa: PLC0415
+            vllm_releases,
+            vllm_serve_check,
+        )
+        from ansible_collections.sparkfleet.serving.plugins.plugin_utils import vllm_args, vllm_recipe  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT / "collections"))
+    if release not in vllm_releases.RELEASES:
+        vllm_releases.RELEASES[release] = generator().compact_release(table(release))
+    findings = []
+    for name in vllm_recipe.names():
+        recipe = vllm_recipe.load(name)
+        for size in recipe["memory"]["boxes"]:
+            sized = vllm_recipe.for_box(recipe, int(size) * vllm_recipe.GIB - vllm_recipe.GIB)
+            argv = vllm_args.build_serve_args(vllm_recipe.serve_settings(recipe, sized))
+            findings += [f"{name} ({size} GB box): {error}" for error in vllm_serve_check.check_serve_argv(release, argv)]
+    return findings
 
 
 def main(argv: list[str] | None = None) -> int:

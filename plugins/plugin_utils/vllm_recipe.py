@@ -236,3 +236,19 @@ def for_box(recipe: dict[str, Any], mem_total_bytes: int | float | str | None) -
         "draft_weights_bytes": int(float(draft.get("weights_gib", 0)) * GIB),
         "activations_bytes": int(float(recipe["memory"].get("activations_gib") or 0) * GIB),
     }
+
+
+# The settings of `vllm serve`'s command line (plugins/plugin_utils/vllm_args.py), as the role's __vllm_settings
+# (roles/vllm/vars/main.yml) makes them from a recipe's defaults when no variable overrides one.
+SERVE_KEYS = ("served_model_name", "dtype", "quantization", "max_model_len", "gpu_memory_utilization", "max_num_seqs",
+              "max_num_batched_tokens", "kv_cache_dtype", "enforce_eager", "enable_prefix_caching", "reasoning_parser",
+              "tool_call_parser", "enable_auto_tool_choice", "text_only", "speculative_config")
+
+
+def serve_settings(recipe: dict[str, Any], sized: dict[str, Any], port: int = 8000) -> dict[str, Any]:
+    """The vllm_serve_args settings the role runs for a recipe sized to a box, with the role's own defaults."""
+    settings = {key: sized[key] for key in SERVE_KEYS}
+    settings["dtype"] = settings["dtype"] or "auto"
+    settings["kv_cache_dtype"] = settings["kv_cache_dtype"] or "auto"
+    return {"model_path": "/model", "host": "0.0.0.0", "port": port, **settings,
+            "extra_args": list(recipe.get("extra_args") or [])}

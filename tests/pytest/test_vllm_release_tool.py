@@ -35,8 +35,25 @@ def test_a_release_against_itself_has_no_changes():
     assert load_tool().compare("0.34.0", "0.34.0") == {"options": [], "registries": [], "messages": []}
 
 
-def test_the_recipes_hook_is_there_for_the_lead():
+def test_every_recipe_passes_the_releases_it_names():
     assert load_tool().recheck_recipes("0.34.0") == []
+
+
+def test_a_release_without_a_flag_a_recipe_uses_is_reported_per_recipe_and_box(tmp_path, monkeypatch):
+    """A made-up next release: 0.34.0's table without --async-scheduling, which three recipes pass."""
+    import json  # noqa: PLC0415
+
+    tool = load_tool()
+    fake = json.loads((tool.STANDIN / "releases" / "0.34.0" / "vllm_serve.json").read_text(encoding="utf-8"))
+    fake["options"] = [row for row in fake["options"] if "--async-scheduling" not in row["options"]]
+    (tmp_path / "9.9.9").mkdir()
+    (tmp_path / "9.9.9" / "vllm_serve.json").write_text(json.dumps(fake), encoding="utf-8")
+    monkeypatch.setattr(tool, "table", lambda version: json.loads(
+        (tmp_path / version / "vllm_serve.json").read_text(encoding="utf-8")))
+    findings = tool.recheck_recipes("9.9.9")
+    assert any(line.startswith("qwen3.6-35b-a3b-nvfp4 (128 GB box): vLLM 9.9.9 has no option --async-scheduling")
+               for line in findings), findings
+    assert not any(line.startswith("qwen3.5-35b-a3b-fp8 ") for line in findings)
 
 
 def test_the_command_prints_the_comparison_without_regenerating():

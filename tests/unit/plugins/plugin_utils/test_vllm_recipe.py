@@ -23,18 +23,11 @@ BIG = 130663677952
 SMALL = BIG // 2
 WATCHDOG_STEADY_PERCENT = 90.0
 NAMES = vllm_recipe.names()
-SERVE_KEYS = ("served_model_name", "dtype", "quantization", "max_model_len", "gpu_memory_utilization",
-              "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "enforce_eager", "enable_prefix_caching",
-              "reasoning_parser", "tool_call_parser", "enable_auto_tool_choice", "text_only", "speculative_config")
+SERVE_KEYS = vllm_recipe.SERVE_KEYS
 
 
 def serve_settings(sized: dict, recipe: dict) -> dict:
-    """What the role's __vllm_settings makes of the recipe's defaults (roles/vllm/vars/main.yml)."""
-    settings = {key: sized[key] for key in SERVE_KEYS}
-    settings["dtype"] = settings["dtype"] or "auto"
-    settings["kv_cache_dtype"] = settings["kv_cache_dtype"] or "auto"
-    return {"model_path": "/model", "host": "0.0.0.0", "port": 8000, **settings,
-            "extra_args": list(recipe.get("extra_args") or [])}
+    return vllm_recipe.serve_settings(recipe, sized)
 
 
 def plan_on(name: str, mem_total: int) -> dict:
