@@ -134,7 +134,8 @@ def recheck_recipes(release: str) -> list[str]:
         for size in recipe["memory"]["boxes"]:
             sized = vllm_recipe.for_box(recipe, int(size) * vllm_recipe.GIB - vllm_recipe.GIB)
             argv = vllm_args.build_serve_args(vllm_recipe.serve_settings(recipe, sized))
-            findings += [f"{name} ({size} GB box): {error}" for error in vllm_serve_check.check_serve_argv(release, argv)]
+            findings += [f"{name} ({size} GB box): {error}"
+                         for error in vllm_serve_check.check_serve_argv(release, argv)]
     return findings
 
 
