@@ -18,7 +18,8 @@ from the release's sdist by tests/testbed/vllm-standin/generate.py):
   choices;
 * then the names vLLM looks up at start-up, which argparse lets through: quantization methods,
   tool-call and reasoning parsers, load formats, attention, MoE and linear backends, KV-cache
-  dtypes, and the "method" of --speculative-config.
+  dtypes, the "method" of --speculative-config, and the compilation mode of --compilation-config
+  (which argparse refuses, through the config class).
 
 Types of values (an int, a float, a token count) are not checked here: the stand-in's tests
 and vLLM itself do that. Pure functions: tests/unit/plugins/module_utils/test_vllm_serve_check.py.
@@ -284,10 +285,35 @@ def _registry_errors(release: str, table: dict, parsed: dict[str, list[str]]) ->
             error = _registry_error(release, table, target, value)
             if error:
                 errors.append(error)
+    errors += _compilation_mode_errors(release, table, values.get("compilation_config", []))
     for method in _json_values(values.get("speculative_config", []), "method"):
         if method not in table["registries"]["speculative_methods"]:
             errors.append(_unknown(release, table, "speculative_methods", "speculative method (the \"method\" of "
                                    "--speculative-config)", method))
+    return errors
+
+
+def _compilation_mode_errors(release: str, table: dict, values: list[str]) -> list[str]:
+    """CompilationConfig.mode (vllm/config/compilation.py): a CompilationMode's name in any case, or its
+    number (3.0 too; true is 1), or null; argparse's parse_dataclass refuses anything else."""
+    modes = table["registries"]["compilation_modes"]
+    errors = []
+    for value in values:
+        try:
+            data = json.loads(value)
+        except ValueError:
+            continue
+        mode = data.get("mode") if isinstance(data, dict) else None
+        if mode is None or isinstance(mode, bool):
+            continue
+        if isinstance(mode, str):
+            ok = mode.upper() in modes
+        else:
+            ok = isinstance(mode, (int, float)) and float(mode).is_integer() and int(mode) in modes.values()
+        if not ok:
+            listed = ", ".join(f"{name} ({number})" for name, number in modes.items())
+            errors.append(f"vLLM {release} has no compilation mode {mode!r} (the \"mode\" of --compilation-config; "
+                          f"it has: {listed}); give one of those names or numbers")
     return errors
 
 

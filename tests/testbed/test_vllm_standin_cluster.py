@@ -38,6 +38,8 @@ def texts() -> dict[str, str]:
 
 def torch_texts() -> dict:
     return TABLES[PLAYING["release"]]["torch_messages"]
+
+
 SERVED = "q"
 
 

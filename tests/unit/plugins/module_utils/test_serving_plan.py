@@ -249,8 +249,8 @@ def test_nvfp4_from_quantization_config_and_option():
     assert "nvfp4_on_gb10" in rules(plan(quantization="modelopt_fp4", model="/model", weights_bytes=6 * GIB), "warning")
 
 
-@pytest.mark.parametrize(("release", "warns"), [("0.19.1", True), ("0.27.1", True), ("0.28.0", False),
-                                               ("0.34.0", False), (None, True)])
+@pytest.mark.parametrize(("release", "warns"), [
+    ("0.19.1", True), ("0.27.1", True), ("0.28.0", False), ("0.34.0", False), (None, True)])
 def test_nvfp4_on_gb10_warns_for_releases_before_0_28_only(release: str | None, warns: bool):
     # vLLM 0.34.0's recipe recipes/models/Qwen/Qwen3.6-35B-A3B.yaml: nvfp4 variant, min_vllm_version 0.28.0,
     # verified on dgx_spark_gb10; an unknown release (None) keeps the warning.

@@ -31,6 +31,7 @@ def diagnose(log: object, exit_code: int | None = None, release: str = OLD) -> l
 def summarize(log: object, tail: list[str] | None = None, exit_code: int | None = None, release: str = OLD) -> str:
     return vllm_diagnosis.summarize(log, tail, exit_code, release)
 
+
 OOM = "\n".join([
     '(EngineCore_DP0 pid=312) INFO 11-29 10:02:11 [gpu_model_runner.py:2653] Model loading took 34.86 GiB'
     ' and 181.3 seconds',

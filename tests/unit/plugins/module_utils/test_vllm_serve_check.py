@@ -83,6 +83,9 @@ def test_without_allow_abbrev_a_prefix_is_an_unknown_option(monkeypatch: pytest.
     ([M, "--attention-backend", "flashattention"], "has no attention backend 'flashattention'"),
     ([M, "-ac.backend", "flash-attn"], "has no attention backend 'flash-attn'"),
     ([M, "-ac", '{"backend": "sdpa"}'], "has no attention backend 'sdpa'"),
+    ([M, "-cc", '{"mode": 4}'], "has no compilation mode 4 (the \"mode\" of --compilation-config"),
+    ([M, "-cc.mode", "fast"], "has no compilation mode 'fast'"),
+    ([M, "-cc", '{"mode": "3"}'], "has no compilation mode '3'"),
     ([M, "--speculative-config", '{"method": "eagle4", "num_speculative_tokens": 2}'],
      "has no speculative method (the \"method\" of --speculative-config) 'eagle4'; did you mean eagle"),
 ])
@@ -164,7 +167,8 @@ def test_release_from_label():
 NAME_REFUSALS = ("unrecognized arguments", "ambiguous option", "invalid choice", "expected one argument",
                  "ignored explicit argument", "invalid tool call parser", "invalid reasoning parser",
                  "Reasoning parser '", "Unknown quantization method", "Load format `", "Unknown attention backend",
-                 "Invalid kv_cache_dtype", "should be provided as the first positional argument")
+                 "Invalid kv_cache_dtype", "should be provided as the first positional argument",
+                 "Invalid compilation mode", "[type=enum, ")
 # Names vLLM takes while it does not use them: --tool-call-parser without --enable-auto-tool-choice is
 # never looked up; the check still refuses a name the release does not have.
 STRICTER = {(M, "--tool-call-parser", "no_such_parser")}
@@ -197,4 +201,4 @@ def test_the_cross_check_has_cases_of_each_kind(release: str):
     assert len(refused) >= 20 and len([c for c in recorded if c["stage"] == "accepted"]) >= 40
     kinds = {w for c in refused for w in NAME_REFUSALS if w in f"{c['error']}\n{c.get('detail', '')}"}
     assert {"unrecognized arguments", "ambiguous option", "invalid choice", "Unknown quantization method",
-            "Load format `", "Unknown attention backend"} <= kinds
+            "Load format `", "Unknown attention backend", "Invalid compilation mode", "[type=enum, "} <= kinds

@@ -88,9 +88,10 @@ def test_the_parallel_layout_in_extra_args_is_refused_with_the_roles_variables(e
     assert "vllm_tensor_parallel_size" in str(refused.value) and "clusters" in str(refused.value)
 
 
-def test_the_layout_flags_are_vllms_own_with_their_short_forms():
-    """LAYOUT_FLAGS against the stand-in's table, generated from vLLM 0.19.1's sdist."""
-    table_path = Path(__file__).resolve().parents[3] / "testbed" / "vllm-standin" / "releases" / "0.19.1"
+@pytest.mark.parametrize("release", ["0.19.1", "0.34.0"])
+def test_the_layout_flags_are_vllms_own_with_their_short_forms(release: str):
+    """LAYOUT_FLAGS against the stand-in's tables, generated from each supported release's sdist."""
+    table_path = Path(__file__).resolve().parents[3] / "testbed" / "vllm-standin" / "releases" / release
     table_path /= "vllm_serve.json"
     table = json.loads(table_path.read_text())
     aliases = {option["options"][0]: option["options"][1:] for option in table["options"]}
