@@ -119,11 +119,12 @@ def recheck_recipes(release: str) -> list[str]:
     longer registers). A release the collection does not support yet is read from its generated table."""
     sys.path.insert(0, str(ROOT / "collections"))
     try:
-        from ansible_collections.sparkfleet.serving.plugins.module_utils import (  # noqa: PLC0415
-            vllm_releases,
+        from ansible_collections.sparkfleet.serving.plugins.module_utils import vllm_releases  # noqa: PLC0415
+        from ansible_collections.sparkfleet.serving.plugins.plugin_utils import (  # noqa: PLC0415
+            vllm_args,
+            vllm_recipe,
             vllm_serve_check,
         )
-        from ansible_collections.sparkfleet.serving.plugins.plugin_utils import vllm_args, vllm_recipe  # noqa: PLC0415
     finally:
         sys.path.remove(str(ROOT / "collections"))
     if release not in vllm_releases.RELEASES:

@@ -132,7 +132,7 @@ def vllm_recipe_for_box(recipe: object, mem_total_bytes: object) -> dict:
 def vllm_release_of(image: object, label: object = "") -> str:
     """The vLLM release an image is: its ai.vllm.image.tag label (vLLM's docker/Dockerfile sets it from 0.2x on),
     else its tag (vllm/vllm-openai:v0.34.0, ...:v0.19.1-cu130); "" when neither says."""
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_serve_check import (
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_serve_check import (
         release_from_image,
         release_from_label,
     )
@@ -142,7 +142,7 @@ def vllm_release_of(image: object, label: object = "") -> str:
 
 def vllm_serve_check(argv: object, release: object) -> list[str]:
     """`vllm serve`'s arguments (the model first) -> what the release's own parser would refuse (empty: none)."""
-    from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_serve_check import check_serve_argv
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_serve_check import check_serve_argv
 
     if not isinstance(argv, list):
         raise AnsibleFilterError(f"vllm_serve_check expects the argument list, got {type(argv).__name__}")

@@ -139,7 +139,7 @@ options:
     type: dict
   release:
     description:
-      - The vLLM release the image runs (the vllm role's O(vllm_release)), for the rules that differ by release
+      - The vLLM release the image runs (the vllm role's C(vllm_release)), for the rules that differ by release
         (NVFP4 on the GB10 crashed before vLLM 0.28.0). Not given, those rules warn as for an unknown release.
     type: str
   watchdog_steady_percent:

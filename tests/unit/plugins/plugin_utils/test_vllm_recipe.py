@@ -14,9 +14,9 @@ import pytest
 from ansible_collections.sparkfleet.serving.plugins.module_utils.model_architecture import GIB
 from ansible_collections.sparkfleet.serving.plugins.module_utils.serving_plan import check_plan
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, SUPPORTED
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_serve_check import check_serve_argv
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils import vllm_recipe
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_args import build_serve_args
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_serve_check import check_serve_argv
 
 # MemTotal of the GB10 fixture (128 GB box) and of a 64 GB box (half of it: no public /proc/meminfo of one).
 BIG = 130663677952

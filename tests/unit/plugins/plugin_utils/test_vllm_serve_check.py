@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.serving.plugins.module_utils import vllm_serve_check
 from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_releases import DEFAULT, RELEASES, SUPPORTED
-from ansible_collections.sparkfleet.serving.plugins.module_utils.vllm_serve_check import (
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils import vllm_serve_check
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_serve_check import (
     check_serve_argv,
     release_from_image,
     release_from_label,

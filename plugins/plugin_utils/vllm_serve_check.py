@@ -22,7 +22,7 @@ from the release's sdist by tests/testbed/vllm-standin/generate.py):
   (which argparse refuses, through the config class).
 
 Types of values (an int, a float, a token count) are not checked here: the stand-in's tests
-and vLLM itself do that. Pure functions: tests/unit/plugins/module_utils/test_vllm_serve_check.py.
+and vLLM itself do that. Pure functions: tests/unit/plugins/plugin_utils/test_vllm_serve_check.py.
 """
 
 from __future__ import annotations
