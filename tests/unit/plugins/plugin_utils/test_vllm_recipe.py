@@ -200,8 +200,8 @@ def test_a_recipe_flag_the_release_lacks_is_refused_naming_the_release() -> None
 
 
 @pytest.mark.parametrize(("release", "refused"), [("0.19.1", True), ("0.34.0", False), (None, True)])
-def test_the_mamba_align_block_size_is_held_only_to_the_releases_that_assert_it(release: str | None,
-                                                                                 refused: bool) -> None:
+def test_the_mamba_align_block_size_is_held_only_to_the_releases_that_assert_it(
+        release: str | None, refused: bool) -> None:
     """Qwen3.5 with prefix caching and an fp8 KV cache: block 2096 above 2048 batched tokens. vLLM 0.19.1 asserts
     it at start-up; 0.34.0's sdist has no such assertion; an unknown release is held to the stricter rule."""
     settings = {"model": "Qwen/Qwen3.5-35B-A3B-FP8", "kv_cache_dtype": "fp8", "enable_prefix_caching": True,
