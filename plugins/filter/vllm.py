@@ -149,6 +149,15 @@ def vllm_serve_check(argv: object, release: object) -> list[str]:
     return check_serve_argv(str(release), [str(arg) for arg in argv])
 
 
+def vllm_serve_options(words: object, release: object) -> list[dict]:
+    """`vllm serve` words -> each option as the release's parser reads it: word, option, dest."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_serve_check import options_given
+
+    if not isinstance(words, list):
+        raise AnsibleFilterError(f"vllm_serve_options expects a list of words, got {type(words).__name__}")
+    return options_given(str(release), [str(word) for word in words])
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -160,4 +169,5 @@ class FilterModule:
             "vllm_recipe_for_box": vllm_recipe_for_box,
             "vllm_release_of": vllm_release_of,
             "vllm_serve_check": vllm_serve_check,
+            "vllm_serve_options": vllm_serve_options,
         }

@@ -100,6 +100,23 @@ def check_serve_argv(release: str, argv: list[str]) -> list[str]:
     return errors
 
 
+def options_given(release: str, words: list[str]) -> list[dict[str, str]]:
+    """Each option among `words` as the release's parser reads it: {"word", "option", "dest"}: underscores,
+    abbreviations, `--flag=value`, short forms and `--no-X` resolved to the option and the setting (dest) it
+    sets. Words that are no option of the release are left out (check_serve_argv refuses them)."""
+    table = RELEASES.get(release)
+    if table is None:
+        return []
+    found = []
+    for word in _rewrite([str(word) for word in words]):
+        if not _option_like(word):
+            continue
+        option, _value, error = _split(release, table, word)
+        if option and not error:
+            found.append({"word": word, "option": option, "dest": table["options"][option]["dest"]})
+    return found
+
+
 # --- FlexibleArgumentParser's rewriting -------------------------------------------------------------
 
 def _model_first(release: str, words: list[str], errors: list[str]) -> list[str]:

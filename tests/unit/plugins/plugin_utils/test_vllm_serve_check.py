@@ -202,3 +202,19 @@ def test_the_cross_check_has_cases_of_each_kind(release: str):
     kinds = {w for c in refused for w in NAME_REFUSALS if w in f"{c['error']}\n{c.get('detail', '')}"}
     assert {"unrecognized arguments", "ambiguous option", "invalid choice", "Unknown quantization method",
             "Load format `", "Unknown attention backend", "Invalid compilation mode", "[type=enum, "} <= kinds
+
+
+@pytest.mark.parametrize("release", SUPPORTED)
+@pytest.mark.parametrize(("words", "dests"), [
+    (["--max_model", "4096"], ["max_model_len"]),
+    (["--quantization=fp8", "-q", "fp8"], ["quantization", "quantization"]),
+    (["--no-enable-prefix-caching", "--enable-prefix-caching"], ["enable_prefix_caching", "enable_prefix_caching"]),
+    (["--max", "4096", "--no-such-flag"], []),
+    (["--seed", "-1"], ["seed"]),
+])
+def test_options_given_resolve_each_spelling_to_the_setting_it_sets(release: str, words: list, dests: list) -> None:
+    assert [found["dest"] for found in vllm_serve_check.options_given(release, words)] == dests
+
+
+def test_options_given_of_an_unknown_release_are_none() -> None:
+    assert vllm_serve_check.options_given("0.20.0", ["--max-model-len", "1"]) == []
