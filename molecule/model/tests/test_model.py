@@ -356,3 +356,35 @@ def test_corrupt_bytes_leave_nothing_corrupt_in_place(host):
     weights = host.run(f"ls {directory}/*.safetensors").stdout.split()
     assert weights == []
     assert not host.file(f"{directory}/sparkfleet-manifest.json").exists
+
+
+# --- the draft model of speculative decoding ----------------------------------------------------------------
+
+DRAFT_REPO = "nvidia/gpt-oss-120b-Eagle3-v3"
+DRAFT_DIR = "/srv/models/gpt-oss-120b-Eagle3-v3"
+
+
+def test_a_recipes_draft_model_is_downloaded_and_verified_beside_the_weights(host):
+    """roles/vllm/recipes/gpt-oss-120b-eagle3.yml's draft, staged as site.yml stages it: from the hub, verified,
+    with its manifest, in its own directory and state; the main weights and their state stay as they were."""
+    main_before = host.check_output(f"cat {MODEL_DIR}/sparkfleet-manifest.json && sha256sum {MODEL_DIR}/*.safetensors")
+    state_before = host.check_output("ls -l --time-style=full-iso /var/lib/sparkfleet/model/ 2>/dev/null || true")
+    draft = hub(host, "GET", "repos")["repos"][DRAFT_REPO]
+    result = playbook("draft.yml")
+    assert result.returncode == 0, result.stdout[-3000:]
+    got = manifest(host, DRAFT_DIR)
+    assert got["repo"] == DRAFT_REPO
+    assert got["commit"] == draft["refs"]["branches"]["main"]
+    assert sums_pass(host, DRAFT_DIR)
+    expected = commit_files(draft, "main")["model.safetensors"]["sha256"]
+    assert host.check_output(f"sha256sum {DRAFT_DIR}/model.safetensors").split()[0] == expected
+    assert leftovers(host, DRAFT_DIR) == []
+    assert host.file("/var/lib/sparkfleet/model-draft").is_directory
+    # The main weights, their manifest and the main state directory: untouched.
+    assert host.check_output(f"cat {MODEL_DIR}/sparkfleet-manifest.json && sha256sum {MODEL_DIR}/*.safetensors") \
+        == main_before
+    state_after = host.check_output("ls -l --time-style=full-iso /var/lib/sparkfleet/model/ 2>/dev/null || true")
+    assert state_after == state_before
+    # Run again: nothing to fetch, nothing changed.
+    again = playbook("draft.yml")
+    assert again.returncode == 0 and recap_changed(again.stdout) == 0, again.stdout[-3000:]

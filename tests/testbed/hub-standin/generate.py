@@ -28,6 +28,9 @@ from typing import Any
 
 MODEL_REPO = "Qwen/Qwen3.5-35B-A3B-FP8"
 GATED_REPO = "sparkfleet-test/gated-model"
+# The draft model of the vllm role's speculative-decoding recipe (roles/vllm/recipes/gpt-oss-120b-eagle3.yml): the
+# model role downloads it as it does the main weights.
+DRAFT_REPO = "nvidia/gpt-oss-120b-Eagle3-v3"
 STANDIN_TOKEN = "hf_sparkfleet_standin_token"
 SHARDS = 4
 # Six FP8 expert matrices of 2048 x 2048 (4 MiB each) and their scales: about 24 MiB per shard.
@@ -120,6 +123,16 @@ def gated_commits() -> list[dict[str, bytes]]:
              "model.safetensors": weights}]
 
 
+def draft_commits() -> list[dict[str, bytes]]:
+    """One commit: an EAGLE3 head's config and one small BF16 shard (the real one is a decoder layer and its head)."""
+    rng = random.Random(DRAFT_REPO)
+    weight = ("BF16", (1024, 1024), rng.randbytes(1024 * 1024 * 2))
+    weights = safetensors_file({"midlayer.mlp.down_proj.weight": weight})
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "torch_dtype": "bfloat16"}
+    return [{".gitattributes": GITATTRIBUTES.encode(), "config.json": json.dumps(config).encode(),
+             "model.safetensors": weights}]
+
+
 def describe(path: str, content: bytes) -> dict[str, Any]:
     sha256 = hashlib.sha256(content).hexdigest()
     entry: dict[str, Any] = {"size": len(content), "sha256": sha256, "lfs": path.endswith(LFS_SUFFIXES)}
@@ -175,7 +188,10 @@ def generate(state_dir: Path) -> dict[str, Any]:
     model["refs"] = {"branches": {"main": c2, "master": c2, "dev": c3}, "tags": {"v1": c1}}
     gated = build_repo(GATED_REPO, gated_commits(), blobs, gated=True)
     gated["refs"] = {"branches": {"main": gated["history"][-1], "master": gated["history"][-1]}, "tags": {}}
-    result = {"generator": source_hash, "token": STANDIN_TOKEN, "repos": {MODEL_REPO: model, GATED_REPO: gated}}
+    draft = build_repo(DRAFT_REPO, draft_commits(), blobs, gated=False)
+    draft["refs"] = {"branches": {"main": draft["history"][-1], "master": draft["history"][-1]}, "tags": {}}
+    result = {"generator": source_hash, "token": STANDIN_TOKEN,
+              "repos": {MODEL_REPO: model, GATED_REPO: gated, DRAFT_REPO: draft}}
     write_atomically(index_file, json.dumps(result, indent=1).encode())
     return result
 
