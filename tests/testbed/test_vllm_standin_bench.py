@@ -286,3 +286,18 @@ def test_percentiles_are_numpys():
     for p in (0, 50, 95, 99, 100, 33.3):
         assert mod.percentile(values, p) == pytest.approx(float(numpy.percentile(values, p)))
     assert mod.percentile([], 50) == 0.0
+
+
+@pytest.mark.parametrize(("release", "ratio", "inputs", "outputs"), [
+    ("0.19.1", "0.5", (5, 15), (10, 30)),
+    ("0.34.0", "0.5", (5, 15), (10, 30)),
+    # 0.34.0's --random-range-ratio is text: a float, or a JSON dict of input and output ratios.
+    ("0.34.0", '{"input": 0.0, "output": 0.5}', (10, 10), (10, 30)),
+])
+def test_random_lengths_follow_each_releases_range_ratio(release: str, ratio: str, inputs: tuple, outputs: tuple):
+    mod = parse([], release)
+    args = mod.parse(["bench", "serve", "--random-input-len", "10", "--random-output-len", "20",
+                      "--random-range-ratio", ratio, "--num-prompts", "40"])
+    samples = mod.random_samples(args)
+    assert all(inputs[0] <= len(mod.words(s.prompt)) <= inputs[1] for s in samples), [s.prompt for s in samples]
+    assert all(outputs[0] <= s.expected_output_len <= outputs[1] for s in samples)

@@ -165,11 +165,29 @@ def words(text: str) -> list[str]:
     return text.split()
 
 
+def range_ratios(value: Any) -> tuple[float, float]:
+    """(input, output) of --random-range-ratio: a float for both (0.19.1's type=float) or, from vLLM 0.34.0 (type=str),
+    a float or a JSON dict with "input" and "output" (vllm/benchmarks/datasets/datasets.py:2041-2050
+    _parse_range_ratio, vllm/benchmarks/datasets/utils.py:19-33 _resolve_range_ratios, 0.34.0)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            value = json.loads(value)
+    if isinstance(value, dict):
+        try:
+            return float(value["input"]), float(value["output"])
+        except KeyError:
+            raise ValueError("When range_ratio is a dict it must contain 'input' and "
+                             f"'output' keys, got: {sorted(value)}") from None
+    return float(value), float(value)
+
+
 def random_samples(args: argparse.Namespace) -> list[SampleRequest]:
     """RandomDataset.sample (datasets.py:529) with get_sampling_params (datasets.py:660)."""
     rng = random.Random(args.seed)
     input_len, output_len = args.random_input_len, args.random_output_len
-    ratio, prefix_len = args.random_range_ratio, args.random_prefix_len
+    (ratio, out_ratio), prefix_len = range_ratios(args.random_range_ratio), args.random_prefix_len
     num_special = 0  # the stand-in tokenizer adds no special tokens
     real_input_len = max(0, int(input_len) - num_special)
     min_total = int(prefix_len) + math.floor(real_input_len * (1.0 - float(ratio)))
@@ -182,11 +200,11 @@ def random_samples(args: argparse.Namespace) -> list[SampleRequest]:
             "--random-prefix-len, or decrease --random-range-ratio so that "
             "prefix_len + floor(max(0, random_input_len - num_special)) "
             "* (1 - range_ratio) >= 1.")
-    if not 0.0 <= ratio < 1.0:
+    if not (0.0 <= ratio < 1.0 and 0.0 <= out_ratio < 1.0):
         raise ValueError("range_ratio must be in [0, 1).")
     in_low, in_high = math.floor(real_input_len * (1 - ratio)), math.ceil(real_input_len * (1 + ratio))
-    out_low = max(math.floor(output_len * (1 - ratio)), 1)
-    out_high = max(math.ceil(output_len * (1 + ratio)), 1)
+    out_low = max(math.floor(output_len * (1 - out_ratio)), 1)
+    out_high = max(math.ceil(output_len * (1 + out_ratio)), 1)
     prefix = [f"t{rng.randrange(VOCAB_SIZE)}" for _position in range(prefix_len)]
     requests = []
     for i in range(args.num_prompts):
