@@ -97,7 +97,7 @@ images:
 # longest first, each to the lane that would end sooner. CI on a clean clone (benchmarks/README.md):
 # fleet 1155 s, cluster 957 with two boxes, vllm 261, model 231, firewall 146, docker_runtime 118,
 # watchdog 98, preflight 90. The cluster scenario has three boxes since (a cluster through a switch):
-# 1751 s in one run on this 2-core machine while other test runs loaded it, so the longest first.
+# 1751 and 1415 s in two runs on this 2-core machine while other test runs loaded it: the longest.
 # A scenario in neither lane stops the run: none may be left out by accident.
 MOLECULE_LANE_1 ?= fleet vllm model firewall watchdog
 MOLECULE_LANE_2 ?= cluster docker_runtime preflight
