@@ -26,10 +26,6 @@ NAMES = vllm_recipe.names()
 SERVE_KEYS = vllm_recipe.SERVE_KEYS
 
 
-def serve_settings(sized: dict, recipe: dict) -> dict:
-    return vllm_recipe.serve_settings(recipe, sized)
-
-
 def plan_on(name: str, mem_total: int) -> dict:
     recipe = vllm_recipe.load(name)
     sized = vllm_recipe.for_box(recipe, mem_total)
@@ -65,7 +61,7 @@ def test_every_shipped_recipe_is_valid_and_named_after_its_file(name: str) -> No
 def test_the_default_recipe_serves_exactly_what_the_role_always_served() -> None:
     """The argv of the profile the role shipped before recipes (qwen3.5-35b-a3b-fp8 on a 128 GB box)."""
     recipe = vllm_recipe.load("qwen3.5-35b-a3b-fp8")
-    argv = build_serve_args(serve_settings(vllm_recipe.for_box(recipe, BIG), recipe))
+    argv = build_serve_args(vllm_recipe.serve_settings(recipe, vllm_recipe.for_box(recipe, BIG)))
     assert argv == [
         "/model", "--served-model-name", "qwen3.5-35b", "--host", "0.0.0.0", "--port", "8000", "--dtype", "auto",
         "--max-model-len", "16384", "--gpu-memory-utilization", "0.75", "--max-num-seqs", "16",
@@ -173,7 +169,7 @@ def test_a_recipe_of_ones_own_is_read_from_its_path(tmp_path: Path) -> None:
 
 def recipe_argv(name: str, mem_total: int = BIG) -> list[str]:
     recipe = vllm_recipe.load(name)
-    return build_serve_args(serve_settings(vllm_recipe.for_box(recipe, mem_total), recipe))
+    return build_serve_args(vllm_recipe.serve_settings(recipe, vllm_recipe.for_box(recipe, mem_total)))
 
 
 @pytest.mark.parametrize("name", NAMES)
