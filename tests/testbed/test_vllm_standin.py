@@ -883,3 +883,73 @@ def test_refused_command_line_is_diagnosed(standins: dict[str, ModuleType], plai
     assert result.returncode == 1
     found = load_diagnosis().diagnose(result.stdout + result.stderr, exit_code=result.returncode, release=release)
     assert found and found[0]["key"] == key, [f["key"] for f in found]
+
+
+# --- memory: the KV cache from the model's config.json and its weights ----------------------------
+# gpt-oss-120b's attention (https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json): 36 layers
+# alternating sliding-window (128 tokens) and full attention, 8 KV heads of 64.
+GPT_OSS = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num_hidden_layers": 36,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "hidden_size": 2880,
+           "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
+           "max_position_embeddings": 131072}
+
+
+def gpt_oss(root: Path, weights_gib: float = 61) -> Path:
+    model = root / "gpt-oss-120b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(GPT_OSS))
+    with open(model / "model-00001-of-00001.safetensors", "wb") as handle:
+        handle.truncate(int(weights_gib * (1 << 30)))  # sparse: its size, not its bytes
+    return model
+
+
+def kv_tokens_logged(output: str) -> int:
+    return int(re.search(r"GPU KV cache size: ([\d,]+) tokens", output).group(1).replace(",", ""))
+
+
+def serve_and_log(model: Path, extra: list[str]) -> str:
+    srv = Server(model, ["--max-num-seqs", "8", "--max-num-batched-tokens", "8192", *extra],
+                 {"VLLM_STANDIN_RELEASE": "0.34.0"})
+    srv.wait()
+    srv.stop()
+    return srv.proc.stdout.read()
+
+
+def test_the_kv_cache_is_sized_from_the_models_geometry_and_weights(tmp_path: Path):
+    """gpt-oss-120b at 0.8 of 119.7 GiB: its 61 GiB of weights leave room for its whole 131072-token context."""
+    model = gpt_oss(tmp_path)
+    bf16 = serve_and_log(model, ["--gpu-memory-utilization", "0.8", "--max-model-len", "131072"])
+    assert "Model loading took 61.0 GiB" in bf16
+    # 18 full-attention layers x 2 x 8 heads x 64 x 2 bytes = 36 KiB per token.
+    tokens = kv_tokens_logged(bf16)
+    kv_gib = float(re.search(r"Available KV cache memory: ([\d.]+) GiB", bf16).group(1))
+    assert abs(tokens * 36 / (1 << 20) - kv_gib) < 0.05, (tokens, kv_gib)
+    assert 131072 <= tokens < (0.8 * 119.7 - 61) * (1 << 20) / 36
+    fp8 = serve_and_log(model, ["--gpu-memory-utilization", "0.8", "--max-model-len", "131072",
+                                "--kv-cache-dtype", "fp8"])
+    assert abs(kv_tokens_logged(fp8) / tokens - 2) < 0.01
+
+
+def test_a_share_too_small_for_the_weights_and_the_context_is_vllms_kv_error(tmp_path: Path):
+    model = gpt_oss(tmp_path)
+    result = run([str(model), *STABLE_FLAGS, "--gpu-memory-utilization", "0.55", "--max-model-len", "131072"])
+    assert result.returncode != 0
+    assert "To serve at least one request with the model" in result.stdout
+    assert "max seq len (131072)" in result.stdout
+
+
+def test_heavier_weights_leave_less_kv_cache(tmp_path: Path):
+    (tmp_path / "light").mkdir()
+    (tmp_path / "heavy").mkdir()
+    light, heavy = gpt_oss(tmp_path / "light", 40), gpt_oss(tmp_path / "heavy", 61)
+    args = ["--gpu-memory-utilization", "0.8", "--max-model-len", "8192"]
+    assert kv_tokens_logged(serve_and_log(light, args)) > kv_tokens_logged(serve_and_log(heavy, args))
+
+
+def test_the_registry_is_the_releases_own(standins: dict[str, ModuleType]):
+    """Architectures from each sdist's registry.py: gpt-oss and Nemotron-H in both, none hand-added."""
+    for release, standin in standins.items():
+        table = json.loads((STANDIN_DIR / "releases" / release / "vllm_serve.json").read_text())
+        assert standin.ARCHITECTURES == table["architectures"]["names"]
+        assert {"GptOssForCausalLM", "NemotronHForCausalLM", "Qwen3_5MoeForConditionalGeneration"} <= set(
+            standin.ARCHITECTURES)

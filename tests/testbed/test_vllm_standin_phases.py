@@ -107,8 +107,9 @@ def printed(standin: ModuleType, monkeypatch: pytest.MonkeyPatch, release: str, 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         standin.phase_log(standin.engine_log, "engine", version=release, config="model='/model'")
-        standin.load_weights(args, standin.engine_log)
-        standin.start_engine(args, {"kv_tokens": 41_000}, standin.engine_log)
+        ctx = {"kv_tokens": 41_000, "kv_mib_per_token": standin.KV_MIB_PER_TOKEN, "weights_gib": standin.WEIGHTS_GIB}
+        standin.load_weights(args, ctx, standin.engine_log)
+        standin.start_engine(args, ctx, standin.engine_log)
         standin.phase_log(standin.log, "server", address="http://0.0.0.0:8000")
         standin.uvicorn_log("Application startup complete.")
     return [line for line in out.getvalue().replace("\r", "\n").splitlines() if line.strip()]

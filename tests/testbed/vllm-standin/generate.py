@@ -805,6 +805,25 @@ def dataclass_fields(serve: argparse.ArgumentParser) -> dict[str, list[str]]:
     return out
 
 
+def architectures(source: Path) -> dict[str, Any]:
+    """The architectures the release's model registry knows: the keys of every table _VLLM_MODELS merges
+    (vllm/model_executor/models/registry.py), read from the source (importing it imports every model)."""
+    rel = "vllm/model_executor/models/registry.py"
+    tree = ast.parse((source / rel).read_text())
+    tables = {n.targets[0].id: n for n in tree.body
+              if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Dict)}
+    merged = tables.get("_VLLM_MODELS")
+    if merged is None:
+        raise SystemExit(f"{rel}: _VLLM_MODELS not found")
+    names: list[str] = []
+    for key, value in zip(merged.value.keys, merged.value.values, strict=True):
+        if key is None and isinstance(value, ast.Name):  # **_TEXT_GENERATION_MODELS
+            names += [k.value for k in tables[value.id].value.keys if isinstance(k, ast.Constant)]
+        elif isinstance(key, ast.Constant):
+            names.append(key.value)
+    return {"file": rel, "line": merged.lineno, "names": list(dict.fromkeys(names))}
+
+
 def load_formats(source: Path) -> list[str]:
     """Keys of _LOAD_FORMAT_TO_MODEL_LOADER (the module itself imports the model code)."""
     tree = ast.parse((source / "vllm/model_executor/model_loader/__init__.py").read_text())
@@ -1119,6 +1138,7 @@ def generate(source: Path, sdist_sha: str, version: str) -> dict[str, Any]:
             "speculative_methods": vllm["speculative_methods"],
             "kv_cache_dtypes": vllm["kv_cache_dtypes"],
         },
+        "architectures": architectures(source),
         "allow_abbrev": vllm["parser_cls"](prog="vllm").allow_abbrev,
         "messages": {name: quote(source, *spec) for name, spec in messages_of(version).items()},
         "torch_messages": torch_messages(source),
