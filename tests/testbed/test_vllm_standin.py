@@ -950,6 +950,6 @@ def test_the_registry_is_the_releases_own(standins: dict[str, ModuleType]):
     """Architectures from each sdist's registry.py: gpt-oss and Nemotron-H in both, none hand-added."""
     for release, standin in standins.items():
         table = json.loads((STANDIN_DIR / "releases" / release / "vllm_serve.json").read_text())
-        assert standin.ARCHITECTURES == table["architectures"]["names"]
+        assert table["architectures"]["names"] == standin.ARCHITECTURES
         assert {"GptOssForCausalLM", "NemotronHForCausalLM", "Qwen3_5MoeForConditionalGeneration"} <= set(
             standin.ARCHITECTURES)

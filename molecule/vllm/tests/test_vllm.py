@@ -357,12 +357,14 @@ def test_an_archive_without_the_image_pinned_is_refused_before_it_is_copied(host
 # on the stand-in of the newest vLLM release it names, and records the outcome and the container.
 
 RECIPES_DIR = Path(__file__).resolve().parents[3] / "roles" / "vllm" / "recipes"
-# The recipes of one box whose model the stand-in's memory model knows: its KV cache per token and its start-up
-# profile are Qwen3.5-35B-A3B-FP8's (tests/testbed/vllm-standin/README.md). The other recipes are checked against
-# each release's tables and sized to the box by the unit tests (tests/unit/plugins/plugin_utils/test_vllm_recipe.py).
-RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yml")
-                 if "boxes: 1," in p.read_text(encoding="utf-8")
-                 and "repo: Qwen/Qwen3.5-35B-A3B-FP8" in p.read_text(encoding="utf-8"))
+# Every recipe of one box, on the 128 GB box and, where it is sized for one, on the 64 GB box (name@64). The stand-in
+# sizes its KV cache from the checkpoint's config.json (files/model-configs.yml) and the weights staged.
+ONE_BOX = sorted(p.stem for p in RECIPES_DIR.glob("*.yml") if "boxes: 1," in p.read_text(encoding="utf-8"))
+SIXTY_FOUR = [f"{name}@64" for name in ONE_BOX
+              if re.search(r'^    "64":', (RECIPES_DIR / f"{name}.yml").read_text(encoding="utf-8"), re.MULTILINE)]
+# A recipe sized for 128 GB only, on the 64 GB box: the serving plan refuses it.
+TOO_BIG = "gpt-oss-120b@64"
+RECIPES = sorted([*ONE_BOX, *SIXTY_FOUR])
 
 
 @pytest.fixture(scope="module")
@@ -371,13 +373,14 @@ def recipe_records(host) -> Path:
     records = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "vllm-recipes"
     shutil.rmtree(records, ignore_errors=True)
     records.mkdir(parents=True)
-    result = run_playbook(SCENARIO / "recipes.yml", {"recipes_records": str(records), "recipes_names": RECIPES})
+    result = run_playbook(SCENARIO / "recipes.yml",
+                          {"recipes_records": str(records), "recipes_names": sorted([*RECIPES, TOO_BIG])})
     assert result.returncode == 0, result.output[-3000:]
     return records
 
 
-def test_the_default_recipe_is_among_those_served() -> None:
-    assert "qwen3.5-35b-a3b-fp8" in RECIPES and len(RECIPES) >= 2, RECIPES
+def test_every_one_box_recipe_and_a_64_gb_box_are_served() -> None:
+    assert "qwen3.5-35b-a3b-fp8" in RECIPES and len(ONE_BOX) >= 7 and SIXTY_FOUR, RECIPES
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -385,7 +388,12 @@ def test_each_recipe_is_served_through_the_health_gate(recipe_records: Path, nam
     got = record(recipe_records, name)
     assert not got["failed"], f"{name}: {got.get('task')}: {got.get('msg')}"
     assert got["health"]["state"] == "ready", got["health"]
-    recipe_text = (RECIPES_DIR / f"{name}.yml").read_text(encoding="utf-8")
+    recipe_text = (RECIPES_DIR / f"{name.split('@', maxsplit=1)[0]}.yml").read_text(encoding="utf-8")
+    # The context of the box's sizing reached vLLM, which had room for it in its KV cache.
+    box = name.split("@")[1] if "@" in name else "128"
+    sizing = recipe_text.split(f'    "{box}":', 1)[1]
+    context = re.search(r"max_model_len: (\d+)", sizing).group(1)
+    assert got["args"][got["args"].index("--max-model-len") + 1] == context
     # The recipe's own arguments reached vLLM's command line (the stand-in parsed them with the
     # release's own parser table, or the container would have exited).
     for line in re.findall(r"^  - (--[a-z0-9-]+)$", recipe_text, flags=re.MULTILINE):
@@ -396,3 +404,17 @@ def test_each_recipe_is_served_through_the_health_gate(recipe_records: Path, nam
         assert "/draft" in got["mounts"]
     else:
         assert "/draft" not in got["mounts"]
+
+
+def test_a_recipe_that_does_not_fit_the_64_gb_box_is_refused_with_its_figures(recipe_records: Path) -> None:
+    """gpt-oss-120b (61 GiB of weights, sized for 128 GB boxes) on the 64 GB box: the serving plan refuses it before
+    the container changes, and says what takes what."""
+    got = record(recipe_records, TOO_BIG)
+    assert got["failed"], got
+    assert "recipe gpt-oss-120b is sized for 128 GB boxes, not this 64 GB one" in got["msg"]
+    assert "nothing is left for the KV cache" in got["msg"]
+    figures = r"64 GB box, MemTotal 60\.8\d? GiB: vLLM's share [\d.]+ GiB = weights 61(\.0+)? GiB"
+    assert re.search(figures, got["msg"]), got["msg"]
+    # The container of the case before it (gpt-oss-120b-eagle3, on this box) is untouched.
+    before = record(recipe_records, "gpt-oss-120b-eagle3")
+    assert got["container_after"] == {"id": before["id"], "args": before["args"]}
