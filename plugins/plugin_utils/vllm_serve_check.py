@@ -15,14 +15,16 @@ from the release's sdist by tests/testbed/vllm-standin/generate.py):
 * then argparse's rules (Python 3.12's argparse.py, which the images run): exact option strings,
   `--flag=value`, a unique prefix of a long option when the release's parser allows
   abbreviations (allow_abbrev), an ambiguous prefix refused, the number of values (nargs), the
-  choices;
+  choices, and the value types its converters take (an int, a float, JSON, a token count such as
+  `32K` or `25.6k`, `None` for an optional one);
 * then the names vLLM looks up at start-up, which argparse lets through: quantization methods,
   tool-call and reasoning parsers, load formats, attention, MoE and linear backends, KV-cache
   dtypes, the "method" of --speculative-config, and the compilation mode of --compilation-config
   (which argparse refuses, through the config class).
 
-Types of values (an int, a float, a token count) are not checked here: the stand-in's tests
-and vLLM itself do that. Pure functions: tests/unit/plugins/plugin_utils/test_vllm_serve_check.py.
+The fields inside a config option's JSON (--compilation-config's and the like, pydantic's) are not
+checked, but for the registry names above. Pure functions:
+tests/unit/plugins/plugin_utils/test_vllm_serve_check.py.
 """
 
 from __future__ import annotations
@@ -271,6 +273,43 @@ def _converted(spec: dict, value: str) -> str:
     return value
 
 
+# What each value type of the release's parser takes, converted as it converts them (vllm/engine/arg_utils.py
+# parse_type and optional_type; vllm/utils/argparse_utils.py human_readable_int, human_readable_int_or_auto;
+# vLLM 0.34.0).
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "json": "JSON", "parse:json": "JSON",
+               "human_int": "an integer (8192, 8k = 8000, 8K = 8192)",
+               "human_int_or_auto": "an integer (8192, 8k, 8K), -1 or auto"}
+
+
+def _converts(convert: object, value: str) -> bool:
+    try:
+        convert(value)  # type: ignore[operator]
+    except ValueError:
+        return False
+    return True
+
+
+def _human_int(value: str) -> bool:
+    text = value.strip()
+    suffixed = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text)
+    if suffixed:
+        # Decimals only with the decimal (lower-case) multipliers.
+        return suffixed.group(2).islower() or "." not in suffixed.group(1)
+    return _converts(int, text)
+
+
+def _fits_type(kind: str, value: str) -> bool:
+    if kind.startswith("optional:") and value in ("", "None"):
+        return True
+    kind = kind.removeprefix("optional:")
+    if kind == "human_int_or_auto" and value.strip().lower() in ("auto", "-1"):
+        return True
+    if kind in ("human_int", "human_int_or_auto"):
+        return _human_int(value)
+    convert = {"int": int, "float": float, "json": json.loads, "parse:json": json.loads}.get(kind)
+    return convert is None or _converts(convert, value)
+
+
 def _chosen(release: str, option: str, spec: dict, values: list[str], errors: list[str]) -> list[str] | None:
     choices = spec["choices"]
     values = [_converted(spec, value) for value in values]
@@ -278,6 +317,11 @@ def _chosen(release: str, option: str, spec: dict, values: list[str], errors: li
         if choices is not None and value not in choices:
             listed = ", ".join(map(str, choices))
             errors.append(f"vLLM {release}: {option} {value!r} is not one of its choices ({listed})")
+            return None
+        kind = spec.get("type")
+        if kind and not _fits_type(kind, value):
+            words = _TYPE_WORDS[kind.removeprefix("optional:")]
+            errors.append(f"vLLM {release}: {option} takes {words}, not {value!r}")
             return None
     return values
 

@@ -1291,6 +1291,9 @@ DEFAULT = {default!r}
 
 # Converters that change a value before argparse compares it with the choices, or unset it.
 CONVERTS = {"lower_underscore": "lower_underscore", "reasoning_parser": "none_is_unset"}
+# The value types the collection's check converts as vLLM's parser does (vllm/engine/arg_utils.py parse_type,
+# optional_type; vllm/utils/argparse_utils.py human_readable_int, human_readable_int_or_auto, 0.34.0).
+VALUE_TYPES = {"int", "float", "json", "parse:json", "human_int", "human_int_or_auto"}
 NARGS = {"store_true": 0, "boolean": 0, "enable_disable": 0, "store": 1, "append": 1}
 
 
@@ -1300,9 +1303,10 @@ def compact_options(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for row in table["options"]:
         nargs = row["nargs"] if row["nargs"] is not None else NARGS[row["action"]]
         convert = CONVERTS.get(str(row["type"]).removeprefix("optional:"))
+        kind = str(row["type"]) if str(row["type"]).removeprefix("optional:") in VALUE_TYPES else None
         for option in row["options"]:
             out[option] = {"dest": row["dest"], "nargs": nargs, "choices": row["choices"],
-                           **({"convert": convert} if convert else {})}
+                           **({"convert": convert} if convert else {}), **({"type": kind} if kind else {})}
             if row["action"] == "boolean" and option.startswith("--"):
                 out["--no-" + option[2:]] = {"dest": row["dest"], "nargs": 0, "choices": None}
         for option in row.get("negative_options", ()):

@@ -88,6 +88,10 @@ def test_without_allow_abbrev_a_prefix_is_an_unknown_option(monkeypatch: pytest.
     ([M, "-cc", '{"mode": "3"}'], "has no compilation mode '3'"),
     ([M, "--speculative-config", '{"method": "eagle4", "num_speculative_tokens": 2}'],
      "has no speculative method (the \"method\" of --speculative-config) 'eagle4'; did you mean eagle"),
+    ([M, "--max-num-seqs", "16.5"], "--max-num-seqs takes an integer, not '16.5'"),
+    ([M, "--max-model-len", "1.5K"], "--max-model-len takes an integer (8192, 8k, 8K), -1 or auto, not '1.5K'"),
+    ([M, "--gpu-memory-utilization=most"], "--gpu-memory-utilization takes a number, not 'most'"),
+    ([M, "--limit-mm-per-prompt", "{image:0}"], "--limit-mm-per-prompt takes JSON, not '{image:0}'"),
 ])
 @pytest.mark.parametrize("release", SUPPORTED)
 def test_refused_with_the_release_named(release: str, argv: list[str], expected: str):
@@ -102,7 +106,8 @@ def test_refused_with_the_release_named(release: str, argv: list[str], expected:
     ["--model", M, "--port", "8001"],
     ["--model=" + M],
     [M, "-O3"], [M, "-O", "2"], [M, "-cc.mode", "3"], [M, "--limit-mm-per-prompt.image", "0"],
-    [M, "--max-model-len", "-1"],
+    [M, "--max-model-len", "-1"], [M, "--max-model-len", "auto"], [M, "--max-model-len", "25.6k"],
+    [M, "--max-model-len", "32K"], [M, "--max-num-seqs", " 16 "], [M, "--gpu-memory-utilization", "7.5e-1"],
     [M, "--api-key", "a", "--served-model-name", "a", "b"],
     [M, "--attention-backend", "flash_attn"], [M, "--attention-backend", "auto"], [M, "-ac.backend", "FLASH_ATTN"],
     [M, "--moe-backend", "FLASHINFER-CUTLASS"], [M, "-q", "fp8"], [M, "--load-format", "safetensors"],
@@ -161,14 +166,15 @@ def test_release_from_label():
 
 
 # --- the same command lines, refused by both: the release's own parser (generate.py) and the check ----
-# What argparse refuses by option name, count or choice, and what start-up refuses by a registry name,
-# the check refuses too; what the release takes, the check takes. Value types (16384.0 for an int) and
-# start-up checks of other kinds (memory, parallel layout) are not the check's.
+# What argparse refuses by option name, count, choice or value type (16384.0 for an int), and what start-up
+# refuses by a registry name, the check refuses too; what the release takes, the check takes. Start-up checks
+# of other kinds (memory, parallel layout) are not the check's.
 NAME_REFUSALS = ("unrecognized arguments", "ambiguous option", "invalid choice", "expected one argument",
                  "ignored explicit argument", "invalid tool call parser", "invalid reasoning parser",
                  "Reasoning parser '", "Unknown quantization method", "Load format `", "Unknown attention backend",
                  "Invalid kv_cache_dtype", "should be provided as the first positional argument",
-                 "Invalid compilation mode", "[type=enum, ")
+                 "Invalid compilation mode", "[type=enum, ", "invalid int value", "invalid float value",
+                 "cannot be converted to", "Decimals are not allowed", "invalid human_readable_int")
 # Names vLLM takes while it does not use them: --tool-call-parser without --enable-auto-tool-choice is
 # never looked up; the check still refuses a name the release does not have.
 STRICTER = {(M, "--tool-call-parser", "no_such_parser")}
