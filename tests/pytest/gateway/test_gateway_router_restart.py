@@ -95,7 +95,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_a_post_the_router_dropped_is_answered_by_the_standby(gateway: str) -> None:
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
-    for _ in range(3):
+    for _attempt in range(3):
         # nginx marks the router failed for fail_timeout (1 s) after each drop: past it, it tries the router first.
         time.sleep(1.2)
         req = urllib.request.Request(gateway + "/v1/chat/completions", data=body, method="POST",
