@@ -337,8 +337,8 @@ def check_new_kernels(upgrade: dict, driver: dict, branch: str) -> list[dict]:
     """A new kernel boots without the GPU unless modules for it come along (prebuilt, or built by DKMS)."""
     if any(p["name"].startswith("nvidia-dkms-") and p["state"] == "installed" for p in driver["packages"]):
         return []
-    have = {p["name"] for p in driver["packages"]} | {c["package"] for c in upgrade["changes"]
-                                                       if c["action"] in ("install", "upgrade")}
+    planned = {c["package"] for c in upgrade["changes"] if c["action"] in ("install", "upgrade")}
+    have = {p["name"] for p in driver["packages"]} | planned
     problems = []
     for change in upgrade["changes"]:
         kernel = _KERNEL_IMAGE.match(change["package"])

@@ -16,15 +16,15 @@ description:
     database (C(/var/lib/dpkg/status)), traces of NVIDIA's C(.run) installer, and what C(apt-get -s) (a simulation,
     which changes nothing) would install or remove.
   - Checks them against a policy and reports B(every) problem at once, each with what was found, what is required
-    and how to fix it - the loaded module must be the O(branch) open kernel module (proprietary modules never
+    and how to fix it. The loaded module must be the O(branch) open kernel module (proprietary modules never
     initialise Blackwell GPUs such as GB10), no driver from the C(.run) installer, no NVIDIA package of another
     branch or flavour installed now or by the upgrade, no open module removed by it, a new kernel only with NVIDIA
     modules for it, and the image's CUDA version (O(image_cuda_version)) no newer than the driver runs, now and
     after the upgrade.
   - The CUDA version a driver runs comes from its branch, per the table "CUDA Toolkit and Corresponding Driver
-    Versions" of NVIDIA's CUDA release notes (U(https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html))
-    - 580 runs CUDA 13.0, 590 runs 13.1, 595 runs 13.2. The container runtime refuses an image that requires a newer
-    CUDA than the driver's (C(unsatisfied condition: cuda>=13.1, please update your driver)).
+    Versions" of NVIDIA's CUDA release notes (U(https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html)),
+    so 580 runs CUDA 13.0, 590 runs 13.1 and 595 runs 13.2. The container runtime refuses to start an image that
+    requires a newer CUDA than the driver's (it reports an unsatisfied condition C(cuda>=13.1)).
   - The simulation reads apt's current index; refresh it first (M(ansible.builtin.apt) with C(update_cache)) for
     a plan of what the mirror offers today.
   - Fails when a problem is found, unless O(fail_on_error=false), in which case the problems are only returned.
