@@ -25,7 +25,8 @@ from spark_testinfra import eventually, recap_changed, run_playbook
 from test_cluster import HEAD, LINK, SCENARIO, WORKER, WORKERS, box, inspect, started
 
 SERVICE = "sparkfleet-vllm-cluster-guard@vllm.service"
-UNIT = "/etc/systemd/system/sparkfleet-vllm-cluster-guard@.service"
+# The container's own unit file (roles/vllm/vars/main.yml, __vllm_cluster_guard_unit).
+UNIT = f"/etc/systemd/system/{SERVICE}"
 PROGRAM = "/usr/local/lib/sparkfleet/sparkfleet-vllm-cluster-guard"
 RECORD = "/var/lib/sparkfleet/vllm/cluster-guard-vllm.json"
 BOOT = ("/usr/local/lib/sparkfleet/sparkfleet-vllm-cluster-boot start vllm /var/lib/sparkfleet/vllm"

@@ -62,16 +62,19 @@ class PlaybookRun(subprocess.CompletedProcess):
 
 
 def run_playbook(playbook: Path, extra_vars: dict | None = None, limit: str | None = None,
-                 check: bool = False) -> PlaybookRun:
+                 check: bool = False, inventories: list[Path] | None = None) -> PlaybookRun:
     """ansible-playbook on the scenario's inventory with Molecule's environment.
 
-    Results come one JSON document per task, so error messages are not re-wrapped as in
-    the YAML format the scenarios' own runs use.
+    inventories: the inventory sources instead of Molecule's inventory directory (a test that needs the
+    scenario's boxes grouped otherwise for one run). Results come one JSON document per task, so error
+    messages are not re-wrapped as in the YAML format the scenarios' own runs use.
     """
     env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
            "ANSIBLE_COLLECTIONS_PATH": str(PROJECT / ".ansible" / "collections")}
-    command = ["ansible-playbook", "--inventory", str(Path(env["MOLECULE_INVENTORY_FILE"]).parent)]
+    command = ["ansible-playbook"]
+    for source in inventories or [Path(env["MOLECULE_INVENTORY_FILE"]).parent]:
+        command += ["--inventory", str(source)]
     if limit:
         command += ["--limit", limit]
     if extra_vars:
