@@ -73,7 +73,7 @@ def head_request(path: str, body: dict | None = None) -> tuple[int, dict | str]:
         "except urllib.error.HTTPError as exc:\n"
         "    print(exc.code); print(exc.read().decode())\n")
     out = box(HEAD).check_output(f"python3 -c {shlex.quote(script)}")
-    status, _, text = out.partition("\n")
+    status, _newline, text = out.partition("\n")
     try:
         return int(status), json.loads(text)
     except ValueError:
@@ -118,7 +118,7 @@ def test_the_duo_passed_the_health_gate_as_one_cluster(duo):
 
 
 def test_the_head_answers_health_and_a_chat_completion_with_the_recipes_model(duo):
-    status, _ = head_request("/health")
+    status, _body = head_request("/health")
     assert status == 200
     status, models = head_request("/v1/models")
     assert status == 200 and [m["id"] for m in models["data"]] == [SERVED], models
