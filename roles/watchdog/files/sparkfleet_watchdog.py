@@ -5,12 +5,14 @@
 
 On a DGX Spark CPU and GPU share one pool of memory and cgroup limits do not see CUDA
 allocations, so the only trustworthy signal is /proc/meminfo:
-used% = (MemTotal - MemAvailable) / MemTotal. When it stays above a container's
-threshold (a higher one during the grace period after the container started, to allow
-for weights loading and profiling; a hard ceiling that acts at once), the container is
-stopped through the Docker Engine API on its unix socket (`docker stop` frees every child
-process and Docker records a manual stop, so `unless-stopped` does not bring it back),
-killed if memory has not recovered by a deadline, and left alone for a cool-down.
+used% = (MemTotal - MemAvailable) / MemTotal. Of the watched containers that run, one at a
+time is chosen to go first (Watchdog.choose: one loading, else the lowest priority, else
+the last started). When used% stays above that container's threshold (a higher one during
+the grace period after it started, to allow for weights loading and profiling; a hard
+ceiling that acts at once), that container alone is stopped through the Docker Engine
+API on its unix socket (`docker stop` frees every child process and Docker records a
+manual stop, so `unless-stopped` does not bring it back), killed if memory has not
+recovered by a deadline, and left alone for a cool-down; only then may the next one go.
 
 Standard library only: runs on Ubuntu 24.04's python3 and Debian bookworm's python3.11.
 One JSON line per state change and per action goes to stdout (the journal under systemd).
@@ -75,6 +77,10 @@ CONTAINER_DEFAULTS: dict[str, float] = {
     "ceiling": 98.0,
     "grace_s": 300.0,
 }
+# Which container goes first when memory runs short (see Watchdog.choose): the lowest priority, so a user
+# ranks deployments by what they are worth keeping. Per container only: a role-wide default would rank nothing.
+PRIORITY_DEFAULT, PRIORITY_MIN, PRIORITY_MAX = 100, 0, 1000
+CONTAINER_KEYS = ("name", *CONTAINER_DEFAULTS, "priority")
 TOP_KEYS = {"proc_root", "docker_socket", "dry_run", "textfile", "state_dir", "containers", *SETTINGS}
 # Thresholds are percentages of MemTotal. Below this one a threshold cannot be meant: the
 # shipped profile's weights alone (Qwen3.5-35B-A3B-FP8, 34.22 GiB) take 28% of a Spark's
@@ -108,6 +114,7 @@ class ContainerConfig:
     steady_threshold: float
     ceiling: float
     grace_s: float
+    priority: int = PRIORITY_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -164,9 +171,9 @@ def _container(index: int, raw: Any, defaults: dict[str, float]) -> ContainerCon
         raw = {"name": raw}
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} = {raw!r}; expected a container name or a mapping with at least 'name'")
-    unknown = sorted(set(raw) - {"name", *CONTAINER_DEFAULTS})
+    unknown = sorted(set(raw) - set(CONTAINER_KEYS))
     if unknown:
-        raise ConfigError(f"{where} has unknown keys {unknown}; expected only name, {', '.join(CONTAINER_DEFAULTS)}")
+        raise ConfigError(f"{where} has unknown keys {unknown}; expected only {', '.join(CONTAINER_KEYS)}")
     name = raw.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ConfigError(
@@ -186,7 +193,13 @@ def _container(index: int, raw: Any, defaults: dict[str, float]) -> ContainerCon
             "allow more memory than steady state and the hard ceiling is the highest; fix the thresholds "
             "(role variables watchdog_steady_threshold, watchdog_startup_threshold, watchdog_hard_ceiling)"
         )
-    return ContainerConfig(name=name, **values)
+    try:
+        priority = int(_number(f"{where}.priority ({name})", raw.get("priority", PRIORITY_DEFAULT),
+                               PRIORITY_MIN, PRIORITY_MAX, integer=True))
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (when memory runs short the lowest priority is stopped first; "
+                          f"default {PRIORITY_DEFAULT})") from exc
+    return ContainerConfig(name=name, priority=priority, **values)
 
 
 def parse_config(raw: Any) -> Config:
@@ -475,8 +488,6 @@ class Watched:
     inspecting: PendingRequest | None = None
     inspect_sent: float = float("-inf")
     phase: str = ""
-    over_count: int = 0
-    confirming: bool = False  # the last sample was over the threshold, more are needed to act
     trigger_threshold: float = 0.0
     action_started: float = 0.0
     pending: PendingRequest | None = None
@@ -505,6 +516,13 @@ class Watchdog:
         for w in self.watched:
             w.stop_recorded_at = w.stopped_since = w.last_stop_at = self._read_stop_record(w)
         self.sample: MemSample | None = None
+        # The crossing being confirmed is the box's, not a container's: memory is one pool, and one container is
+        # stopped per action (see choose). over_count counts consecutive samples over the threshold of the container
+        # that would be stopped, in its phase (over_key); another container or phase starts the count again.
+        self.over_count = 0
+        self.over_key: tuple[str, str] | None = None
+        self.confirming = False  # the last sample was over the threshold, more are needed to act
+        self.not_before = 0.0  # a stop that Docker could not be asked for is tried again from then
         self.rate_pct_s = 0.0  # measured rate of change of used%, percentage points per second
         self.rate_from: tuple[float, float] | None = None  # (monotonic time, used%) of the last sample
         self.docker_ok: bool | None = None
@@ -616,7 +634,6 @@ class Watchdog:
         if w.state in (STOPPING, COOLDOWN):
             return
         if not running:
-            w.over_count = 0
             self._set_state(w, IDLE, present=found is not None)
             return
         restarted = before is not None and before.running and before.started_at != found.started_at
@@ -626,7 +643,6 @@ class Watchdog:
         if restarted or w.state != ARMED:
             w.phase = phase
         if restarted:
-            w.over_count = 0
             self.log("restarted", container=w.cfg.name, phase=w.phase, threshold=limit,
                      started_at=found.started_at)
         self._set_state(w, ARMED, phase=w.phase, threshold=limit, started_at=found.started_at)
@@ -655,7 +671,8 @@ class Watchdog:
                 else:
                     self.start_inspection(w, now)
             # This sample, even if the re-check before an action found meminfo unreadable.
-            self.evaluate(w, sample, now)
+            self.follow(w, sample, now)
+        self.evaluate(sample, now)
         self.write_textfile(now)
         return self.cfg.poll_slow_s if self.blind_since is not None else self.next_interval(sample)
 
@@ -688,8 +705,8 @@ class Watchdog:
                 self.rate_pct_s += weight * ((used - before) / dt - self.rate_pct_s)
         self.rate_from = (now, used)
 
-    def evaluate(self, w: Watched, sample: MemSample, now: float) -> None:
-        w.confirming = False
+    def follow(self, w: Watched, sample: MemSample, now: float) -> None:
+        """One container's own course: the end of its cool-down, its stop in progress, its phase while armed."""
         if w.state == COOLDOWN:
             if now >= w.cooldown_until:
                 self.log("cooldown_over", container=w.cfg.name)
@@ -699,42 +716,99 @@ class Watchdog:
         if w.state == STOPPING:
             self.progress(w, sample, now)
             return
-        if w.state != ARMED or now < w.not_before:
+        if w.state == ARMED:
+            phase, limit = self.threshold(w)
+            if phase != w.phase:
+                self.log("phase", container=w.cfg.name, previous=w.phase, phase=phase, threshold=limit)
+                w.phase = phase
+
+    def acting_on(self) -> Watched | None:
+        """The container of the action in progress (stopping, or cooling down after it), if any. Until it is over
+        no other container is stopped: the memory a stop frees shows in MemAvailable only once the container's
+        processes have exited and the driver has released their memory, and acting on the next container before
+        then would stop two deployments for one overshoot."""
+        return next((w for w in self.watched if w.state in (STOPPING, COOLDOWN)), None)
+
+    def _started(self, w: Watched) -> tuple[float, int]:
+        """Sort key: State.StartedAt (unknown counts as oldest), then the position in the config (the later one
+        goes first on an exact tie, so the choice never depends on the order Docker answered in)."""
+        started = w.docker.started_at if w.docker is not None else None
+        return (started if started is not None else float("-inf"), self.watched.index(w))
+
+    def choose(self) -> tuple[Watched, str] | None:
+        """The one running container to stop if memory is over, and the rule that chose it:
+        "loading": a container in its grace period (weights loading, profiling), the most recently started if
+        several - the one whose memory is still growing, and the one that serves nobody yet;
+        "priority": else the single lowest priority (the user ranks deployments by what they are worth keeping);
+        "last_started": else, among those of the lowest priority, the most recently started (it has served the
+        shortest and its clients have the least to lose);
+        "only_running": a single container runs, not loading: there is nothing to choose from."""
+        armed = [w for w in self.watched if w.state == ARMED]
+        if not armed:
+            return None
+        loading = [w for w in armed if self.threshold(w)[0] == "startup"]
+        if loading:
+            return max(loading, key=self._started), "loading"
+        if len(armed) == 1:
+            return armed[0], "only_running"
+        lowest = min(w.cfg.priority for w in armed)
+        tied = [w for w in armed if w.cfg.priority == lowest]
+        if len(tied) == 1:
+            return tied[0], "priority"
+        return max(tied, key=self._started), "last_started"
+
+    def evaluate(self, sample: MemSample, now: float) -> None:
+        """Decides for the box. It is over when used% is over the threshold (in its phase) or the hard ceiling of the
+        container that would be stopped - not of any container: each container's thresholds say when it is to be
+        stopped, which is what a single watched container always meant, and its grace period stays meaningful
+        beside others (a deployment that starts beside one in steady state is allowed its startup threshold while
+        it loads, rather than the other's steady one)."""
+        self.confirming = False
+        if self.acting_on() is not None or now < self.not_before:
             return
+        choice = self.choose()
+        if choice is None:
+            self.over_count, self.over_key = 0, None
+            return
+        w, chosen_by = choice
         phase, limit = self.threshold(w)
-        if phase != w.phase:
-            self.log("phase", container=w.cfg.name, previous=w.phase, phase=phase, threshold=limit)
-            w.phase = phase
+        if (w.cfg.name, phase) != self.over_key:
+            self.over_count, self.over_key = 0, (w.cfg.name, phase)
         used = sample.used_pct
         if used >= w.cfg.ceiling:
-            self.act(w, now, "ceiling")
+            self.act(now, "ceiling")
         elif used >= limit:
-            w.over_count += 1
-            if w.over_count == 1:
-                self.log("over_threshold", level=4, container=w.cfg.name, phase=phase, threshold=limit,
-                         rate_pct_per_s=round(self.rate_pct_s, 2))
-                # Ask Docker now, while the crossing is confirmed: its answer (a restart meanwhile, hence a new grace
-                # period; a container stopped by someone else) is in before the action if Docker answers within
-                # the confirmation, and the action never waits for it.
-                if w.inspecting is None:
-                    self.start_inspection(w, now)
-            if w.over_count >= self.cfg.samples_to_act:
-                self.act(w, now, "threshold")
+            self.over_count += 1
+            if self.over_count == 1:
+                self.log("over_threshold", level=4, container=w.cfg.name, chosen_by=chosen_by, phase=phase,
+                         threshold=limit, rate_pct_per_s=round(self.rate_pct_s, 2))
+                # Ask Docker now, while the crossing is confirmed: its answers (a restart meanwhile, hence a new
+                # grace period and maybe another choice; a container stopped by someone else) are in before the
+                # action if Docker answers within the confirmation, and the action never waits for them.
+                for other in self.watched:
+                    if other.state == ARMED and other.inspecting is None:
+                        self.start_inspection(other, now)
+            if self.over_count >= self.cfg.samples_to_act:
+                self.act(now, "threshold")
             else:
-                w.confirming = True
-        elif used < limit - self.cfg.hysteresis_pct and w.over_count:
-            self.log("below_threshold", container=w.cfg.name, phase=phase, threshold=limit, samples=w.over_count)
-            w.over_count = 0
+                self.confirming = True
+        elif used < limit - self.cfg.hysteresis_pct and self.over_count:
+            self.log("below_threshold", container=w.cfg.name, phase=phase, threshold=limit, samples=self.over_count)
+            self.over_count = 0
 
-    def act(self, w: Watched, now: float, trigger: str) -> None:
-        """Re-checks memory and what Docker last said (the threshold too: the container may have been restarted
-        meanwhile), then stops the container (or says it would). Docker's answer to the inspection sent when the
-        crossing began counts if it has come; the action does not wait for it (a busy Docker Engine answers in
-        hundreds of milliseconds, in which memory rises 5% at 20 GB/s)."""
+    def act(self, now: float, trigger: str) -> None:
+        """Re-checks memory and what Docker last said about the running containers (a restart meanwhile changes the
+        threshold and maybe the choice), chooses again, then stops that one container (or says it would). Docker's
+        answers to the inspections sent when the crossing began count if they have come; the action does not wait
+        for them (a busy Docker Engine answers in hundreds of milliseconds, in which memory rises 5% at 20 GB/s)."""
         decided = self.clock.monotonic()
-        self.collect_inspection(w, now)
-        if w.state != ARMED:
+        for other in self.watched:
+            self.collect_inspection(other, now)
+        choice = self.choose()
+        if choice is None:
+            self.over_count = 0
             return
+        w, chosen_by = choice
         phase, steady_or_startup = self.threshold(w)
         limit = w.cfg.ceiling if trigger == "ceiling" else steady_or_startup
         try:
@@ -743,42 +817,49 @@ class Watchdog:
             self.blind(now, exc)
             return
         if self.sample.used_pct < limit:
-            self.log("recheck_cleared", container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger)
-            w.over_count = 0
+            self.log("recheck_cleared", container=w.cfg.name, chosen_by=chosen_by, phase=phase, threshold=limit,
+                     trigger=trigger)
+            self.over_count = 0
             return
         w.trigger_threshold = min(limit, steady_or_startup)
-        w.over_count, w.killed, w.stopped, w.recovered, w.stop_failed = 0, False, False, False, False
+        self.over_count, w.killed, w.stopped, w.recovered, w.stop_failed = 0, False, False, False, False
         w.action_started = now
+        why = self._why(w, phase, limit, trigger, chosen_by)
         if self.cfg.dry_run:
-            self.log("stop", level=4, container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger,
-                     result="dry-run: not stopped")
+            self.log("stop", level=4, container=w.cfg.name, **why, result="dry-run: not stopped")
             self._start_cooldown(w, now)
             return
         try:
             w.pending = self.docker.request_stop(w.cfg.name, self.cfg.stop_timeout_s)
         except DockerError as exc:
             self._docker_failed(f"stop {w.cfg.name}", exc)
-            w.not_before = now + self.cfg.retry_s
+            self.not_before = now + self.cfg.retry_s
             self.log("action_failed", level=3, container=w.cfg.name, action="stop", error=str(exc),
                      retry_in_s=self.cfg.retry_s)
             return
         w.actions["stop"] += 1
-        self.state_stopping(w, phase, limit, trigger, decided)
+        self.state_stopping(w, why, decided)
+
+    def _why(self, w: Watched, phase: str, limit: float, trigger: str, chosen_by: str) -> dict[str, Any]:
+        """Why this container now, and why it and not another: for the stop line and the stop record."""
+        others = [o.cfg.name for o in self.watched if o.state == ARMED and o is not w]
+        return {"phase": phase, "threshold": limit, "trigger": trigger, "chosen_by": chosen_by,
+                "priority": w.cfg.priority, "others_running": others}
 
     def reread_meminfo(self) -> MemSample:
         """The re-read just before acting (its own method: tests change memory at this very moment)."""
         return read_meminfo(self.cfg.proc_root)
 
-    def state_stopping(self, w: Watched, phase: str, limit: float, trigger: str, decided: float) -> None:
+    def state_stopping(self, w: Watched, why: dict[str, Any], decided: float) -> None:
         took_ms = round((self.clock.monotonic() - decided) * 1000, 1)
         # How old Docker's view of the container was when the watchdog acted on it.
         docker_age_ms = round((decided - w.inspected_at) * 1000, 1)
-        self.log("stop", level=4, container=w.cfg.name, phase=phase, threshold=limit, trigger=trigger,
-                 rate_pct_per_s=round(self.rate_pct_s, 2), stop_timeout_s=self.cfg.stop_timeout_s,
-                 result="requested", took_ms=took_ms, docker_state_age_ms=docker_age_ms)
+        self.log("stop", level=4, container=w.cfg.name, **why, rate_pct_per_s=round(self.rate_pct_s, 2),
+                 stop_timeout_s=self.cfg.stop_timeout_s, result="requested", took_ms=took_ms,
+                 docker_state_age_ms=docker_age_ms)
         w.state = STOPPING
         w.stopped_since = w.last_stop_at = self.clock.time()
-        self._write_stop_record(w, phase, limit, trigger)
+        self._write_stop_record(w, why)
 
     # -- the stop in force, on record
 
@@ -795,7 +876,7 @@ class Watchdog:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _write_stop_record(self, w: Watched, phase: str, limit: float, trigger: str) -> None:
+    def _write_stop_record(self, w: Watched, why: dict[str, Any]) -> None:
         """Records the stop, after it was sent (it costs the action nothing), for whoever would start the container
         again: a stop that Docker records as any manual one says here that the watchdog made it, and why. The
         sparkfleet.serving.vllm role does not start the container again with the same settings while it is in
@@ -804,8 +885,7 @@ class Watchdog:
             return
         now = self.clock.time()
         record: dict[str, Any] = {"container": w.cfg.name, "stopped_at": iso_time(now), "stopped_at_epoch": now,
-                                  "phase": phase, "threshold": limit, "trigger": trigger,
-                                  "steady_threshold": w.cfg.steady_threshold}
+                                  "steady_threshold": w.cfg.steady_threshold, **why}
         if self.sample is not None:
             record["used_pct"] = round(self.sample.used_pct, 2)
             record["mem_available_kib"] = self.sample.available_kib
@@ -901,21 +981,26 @@ class Watchdog:
 
     def next_interval(self, sample: MemSample) -> float:
         """How long to sleep. Over a threshold and short of samples_to_act: confirm_interval_s,
-        not a whole poll period. Otherwise the time memory needs to reach the nearest
-        threshold, clamped to [poll_fast_s, poll_slow_s], whichever is shorter of: at the
+        not a whole poll period. Otherwise the time memory needs to reach the threshold
+        of the container that would be stopped, clamped to [poll_fast_s, poll_slow_s], whichever is shorter of: at the
         fastest plausible fill rate (like earlyoom's sleep_time_ms: headroom / fill rate,
         rfjakob/earlyoom v1.9.0 main.c), which bounds what can happen unseen between two
         samples; and RATE_LEAD of it at the measured rate, which follows a ramp faster
         than that once a sample has seen it."""
-        if any(w.confirming for w in self.watched):
+        if self.confirming:
             return self.cfg.confirm_interval_s
         fast, slow = self.cfg.poll_fast_s, self.cfg.poll_slow_s
+        # Stopping: follow the recovery closely (no kill if memory comes back). Cooling down: nothing is stopped
+        # until it is over.
         if any(w.state == STOPPING for w in self.watched):
             return fast
-        armed = [self.threshold(w)[1] for w in self.watched if w.state == ARMED]
-        if not armed:
+        if self.acting_on() is not None:
             return slow
-        headroom = min(armed) - sample.used_pct
+        choice = self.choose()
+        if choice is None:
+            return slow
+        # The threshold that decides is the one of the container that would be stopped (see evaluate).
+        headroom = self.threshold(choice[0])[1] - sample.used_pct
         ahead = headroom / self.cfg.fill_rate_pct_per_s
         if self.rate_pct_s > 0:
             ahead = min(ahead, RATE_LEAD * headroom / self.rate_pct_s)
@@ -966,6 +1051,11 @@ class Watchdog:
             ("grace_s", "grace_seconds", "Grace period after the container starts."),
         ):
             lines += _family(name, "gauge", text, [(c, f"{getattr(w.cfg, key):g}") for w, c in per])
+        lines += _family("priority", "gauge", "The container's priority: the lowest is stopped first (after one "
+                         "loading).", [(c, w.cfg.priority) for w, c in per])
+        choice = self.choose()
+        lines += _family("next_to_stop", "gauge", "1 for the running container that would be stopped now if memory "
+                         "were over its threshold.", [(c, int(choice is not None and choice[0] is w)) for w, c in per])
         lines += _family("phase_startup", "gauge", "1 while the container is in its grace period.",
                          [(c, int(self.threshold(w)[0] == "startup")) for w, c in per])
         lines += _family("state", "gauge", "Watch state of the container (1 for the current one).",
