@@ -63,3 +63,19 @@ def test_a_confirmation_interval_longer_than_the_fast_poll_stops_the_play(tmp_pa
     assert "TASK [watchdog : Check the watchdog settings]" in done.stdout
     assert "watchdog_confirm_interval_seconds between 0.001 and watchdog_poll_fast_seconds (0.08)" in done.stdout, \
         done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("priority", [1001, -1, 2.5, "7", True])
+def test_a_priority_outside_0_to_1000_stops_the_play(tmp_path, priority):
+    done = preflight(tmp_path, watchdog_containers=["vllm", {"name": "vllm-big", "priority": priority}])
+    assert done.returncode != 0
+    assert "TASK [watchdog : Check the watchdog settings]" in done.stdout
+    assert "vllm-big: priority" in done.stdout and "expected a whole number from 0 to 1000" in done.stdout, \
+        done.stdout[-3000:]
+
+
+def test_priorities_in_range_pass(tmp_path):
+    done = preflight(tmp_path, watchdog_containers=[{"name": "vllm", "priority": 0},
+                                                    {"name": "vllm-big", "priority": 1000}, "vllm-small"])
+    assert "expected a whole number from 0 to 1000" not in done.stdout
+    assert "TASK [watchdog : Read systemd's runtime directory" in done.stdout, done.stdout[-3000:]
