@@ -1114,6 +1114,10 @@ def main(argv: list[str] | None = None) -> int:
         described = ", ".join(
             f"{c.name} (startup {c.startup_threshold:g}% for {c.grace_s:g} s, steady {c.steady_threshold:g}%, "
             f"ceiling {c.ceiling:g}%)" for c in config.containers)
+        if len(config.containers) > 1:
+            ranks = ", ".join(f"{c.name} {c.priority}" for c in config.containers)
+            described += (f"; one stopped at a time: one loading first, then the lowest priority ({ranks}), "
+                          "then the last started")
         print(f"{PROG}: config OK: {args.config}: watching {described}")
         return 0
     if args.dry_run:

@@ -35,6 +35,15 @@ def test_check_config_accepts_the_defaults(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "config OK" in done.stdout
     assert "vllm (startup 96% for 300 s, steady 90%, ceiling 98%)" in done.stdout
+    assert "one stopped at a time" not in done.stdout
+
+
+def test_check_config_says_the_rule_and_the_priorities_of_several(tmp_path):
+    config = write_config(tmp_path / "c.json", containers=["vllm", {"name": "vllm-big", "priority": 500}])
+    done = run("--check-config", "--config", config)
+    assert done.returncode == 0, done.stderr
+    assert ("one stopped at a time: one loading first, then the lowest priority (vllm 100, vllm-big 500), "
+            "then the last started") in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -59,6 +68,7 @@ def test_check_config_accepts_the_defaults(tmp_path):
         ({"containers": ["vllm", "vllm"]}, "name twice"),
         ({"containers": ["bad name!"]}, "not a Docker container name"),
         ({"containers": [{"name": "vllm", "treshold": 90}]}, "unknown keys ['treshold']"),
+        ({"containers": [{"name": "vllm", "priority": 1001}]}, "containers[0].priority (vllm) = 1001 is out of range"),
         ({"poll_fast_s": 0.5}, "poll_fast_s = 0.5 is out of range"),
         ({"poll_fast_s": 0.1, "poll_slow_s": 0.05}, "poll_fast_s 0.1 is above poll_slow_s 0.05"),
         ({"confirm_interval_s": 0.08}, "confirm_interval_s 0.08 is above poll_fast_s 0.05; expected the re-reads"),
