@@ -158,6 +158,37 @@ def vllm_serve_options(words: object, release: object) -> list[dict]:
     return options_given(str(release), [str(word) for word in words])
 
 
+def vllm_deployments(deployments: object, base: object) -> dict:
+    """vllm_deployments, the role's own names -> {"deployments": [...], "errors": [...]}."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils import vllm_deployments as planner
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.filter_errors import as_filter
+
+    if not isinstance(base, dict):
+        raise AnsibleFilterError("vllm_deployments expects the role's own names as a dict")
+    return as_filter("vllm_deployments", planner.resolve, deployments, base)
+
+
+def vllm_deployments_dropped(recorded: object, wanted: object) -> list:
+    """The box's record of its deployments, the resolved list -> the recorded ones the list no longer names."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils import vllm_deployments as planner
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.filter_errors import as_filter
+
+    return as_filter("vllm_deployments_dropped", planner.dropped, recorded, wanted)
+
+
+def vllm_admission(plans: object, mem_total: object, steady_percent: object, os_reserve: object,
+                   overhead: object) -> dict:
+    """Each deployment's plan figures -> whether the set fits below the watchdog's steady threshold, and the table."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils import vllm_deployments as planner
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.filter_errors import as_filter
+
+    if not isinstance(plans, list):
+        raise AnsibleFilterError("vllm_admission expects a list of the deployments' plan figures")
+    percent = float(steady_percent) if steady_percent not in (None, "") else None
+    return as_filter("vllm_admission", planner.admission, plans, int(mem_total), percent, int(os_reserve),
+                     int(overhead))
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -170,4 +201,7 @@ class FilterModule:
             "vllm_release_of": vllm_release_of,
             "vllm_serve_check": vllm_serve_check,
             "vllm_serve_options": vllm_serve_options,
+            "vllm_deployments": vllm_deployments,
+            "vllm_deployments_dropped": vllm_deployments_dropped,
+            "vllm_admission": vllm_admission,
         }

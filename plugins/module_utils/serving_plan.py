@@ -503,6 +503,14 @@ def _budget(settings: dict, facts: dict, plan: dict) -> dict:
     }
 
 
+def budget_bytes(settings: dict, facts: dict, plan: dict) -> dict:
+    """The budget's figures in whole bytes, or {} where the rule has nothing to size."""
+    if not (facts.get("mem_total_bytes") and plan["weights_bytes"]):
+        return {}
+    budget = _budget(settings, facts, plan)
+    return {key: int(budget[key]) for key in ("total", "share", "weights", "draft", "activations", "kv", "os")}
+
+
 def budget_table(budget: dict, settings: dict) -> str:
     """The figures of the box's memory, one line for the error and the report."""
     draft = f" + draft {gib(budget['draft'])}" if budget["draft"] else ""
@@ -614,4 +622,7 @@ def check_plan(settings: dict, facts: dict, thresholds: dict | None = None) -> d
         "hybrid": plan["hybrid"],
         "config_source": plan["config_source"],
         "aligned_block_size": aligned_block_size(config, plan["kv_cache_dtype"]) if plan["hybrid"] else None,
+        # The same figures as numbers, for the admission of several deployments on one box (bytes; {} when the
+        # box's memory or the weights are unknown).
+        "budget_bytes": budget_bytes(settings, facts, plan),
     }

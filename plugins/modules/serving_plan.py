@@ -243,6 +243,15 @@ budget:
   returned: always
   type: str
   sample: "128 GB box, MemTotal 121.7 GiB: vLLM's share 91.3 GiB = weights 34.2 GiB + activations 4.0 GiB + ..."
+budget_bytes:
+  description:
+    - RV(budget)'s figures in bytes - total (MemTotal), share (vLLM's), weights, draft, activations, kv (the KV
+      cache), os (what the OS keeps). Empty without weights or memory. The admission of several deployments on
+      one box adds up their shares.
+  returned: always
+  type: dict
+  sample: {total: 130663100416, share: 97997325312, weights: 36743401472, draft: 0, activations: 4294967296,
+           kv: 56959956544, os: 6442450944}
 findings:
   description: Every error, warning and figure (severity info) with its rule id and severity.
   returned: always

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -418,3 +419,124 @@ def test_a_recipe_that_does_not_fit_the_64_gb_box_is_refused_with_its_figures(re
     # The container of the case before it (gpt-oss-120b-eagle3, on this box) is untouched.
     before = record(recipe_records, "gpt-oss-120b-eagle3")
     assert got["container_after"] == {"id": before["id"], "args": before["args"]}
+
+
+# --- several models on one box (vllm_deployments) --------------------------------------------------
+# deployments.yml serves the list a test passes. `vllm` keeps the scenario's container under the first deployment's
+# name (a lower share); `chat2` serves the NVFP4 recipe beside it on port 8001, sized by its own serving plan.
+
+VLLM_SMALL = {"name": "vllm", "port": 8000, "gpu_memory_utilization": 0.5, "max_model_len": 8192}
+CHAT2 = {"name": "chat2", "port": 8001, "recipe": "qwen3.6-35b-a3b-nvfp4", "gpu_memory_utilization": 0.3,
+         "max_model_len": 65536, "priority": 10}
+
+
+def serve_deployments(tmp_path: Path, deployments: list[dict], check: bool = False) -> tuple:
+    record = tmp_path / f"deployed-{len(list(tmp_path.iterdir()))}.json"
+    result = run_playbook(SCENARIO / "deployments.yml", {"vllm_deployments": deployments,
+                                                          "deployments_record": str(record)}, check=check)
+    return result, (json.loads(record.read_text()) if record.exists() else None)
+
+
+def box_ip() -> str:
+    return subprocess.check_output(
+        ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", BOX], text=True).strip()
+
+
+def served_models(port: int) -> list[str]:
+    client = openai.OpenAI(base_url=f"http://{box_ip()}:{port}/v1", api_key=KEY)
+    return [model.id for model in client.models.list().data]
+
+
+def started(host, name: str) -> tuple[str, str]:
+    state = inspect(host, name)
+    return state["Id"], state["State"]["StartedAt"]
+
+
+@pytest.fixture(scope="module")
+def two_deployments(host, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("deployments")
+    result, deployed = serve_deployments(tmp, [VLLM_SMALL, CHAT2])
+    assert result.returncode == 0, result.stdout[-4000:]
+    return {"tmp": tmp, "deployed": deployed, "output": result.stdout,
+            "vllm": started(host, "vllm"), "chat2": started(host, "chat2")}
+
+
+def test_two_deployments_each_answer_by_their_served_name(host, two_deployments: dict) -> None:
+    deployed = {item["name"]: item for item in two_deployments["deployed"]}
+    assert list(deployed) == ["vllm", "chat2"]
+    assert deployed["chat2"]["port"] == 8001
+    assert deployed["chat2"]["priority"] == 10
+    assert deployed["chat2"]["health"]["state"] == "ready"
+    assert served_models(8000) == [SERVED]
+    assert served_models(8001) == [deployed["chat2"]["served_model_name"]] != [SERVED]
+    client = openai.OpenAI(base_url=f"http://{box_ip()}:8001/v1", api_key=KEY)
+    answer = client.chat.completions.create(model=deployed["chat2"]["served_model_name"], max_tokens=8,
+                                            messages=[{"role": "user", "content": "hi"}])
+    assert answer.choices[0].message.content
+    # Each keeps its own state and known-good image; the box records both.
+    assert host.file("/var/lib/sparkfleet/vllm-chat2/known-good.json").exists
+    assert json.loads(host.file("/var/lib/sparkfleet/vllm-deployments.json").content_string)["deployments"][1][
+        "name"] == "chat2"
+    args = inspect(host, "chat2")["Args"]
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.3"
+
+
+def test_the_admission_table_is_shown_and_one_load_follows_the_other(two_deployments: dict) -> None:
+    output = two_deployments["output"]
+    assert "chat2" in output and "share (weights" in output and "left" in output
+    # chat2's container is made only after vllm's gate passed.
+    assert output.index('"name": "vllm"') < output.index("chat2")
+
+
+def test_a_deployment_that_does_not_fit_is_refused_with_the_table_and_nothing_changes(
+        host, two_deployments: dict) -> None:
+    third = {**CHAT2, "name": "chat3", "port": 8002}
+    result, deployed = serve_deployments(two_deployments["tmp"], [VLLM_SMALL, CHAT2, third])
+    assert result.returncode != 0
+    assert deployed is None
+    assert "do not fit together" in result.stdout
+    assert re.search(r"chat3 +\d+\.\d GiB share", result.stdout)
+    assert recap_changed(result.stdout) == 0
+    assert started(host, "vllm") == two_deployments["vllm"]
+    assert started(host, "chat2") == two_deployments["chat2"]
+    assert host.run("docker container inspect chat3").rc != 0
+
+
+def test_a_change_to_one_deployment_recreates_only_its_container(host, two_deployments: dict) -> None:
+    changed = {**CHAT2, "max_model_len": 32768}
+    result, _record = serve_deployments(two_deployments["tmp"], [VLLM_SMALL, changed])
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert started(host, "vllm") == two_deployments["vllm"]
+    assert started(host, "chat2")[0] != two_deployments["chat2"][0]
+    assert inspect(host, "chat2")["Args"][inspect(host, "chat2")["Args"].index("--max-model-len") + 1] == "32768"
+    two_deployments["chat2"] = started(host, "chat2")
+
+
+def test_a_rerun_of_two_deployments_changes_nothing(host, two_deployments: dict) -> None:
+    changed = {**CHAT2, "max_model_len": 32768}
+    result, _record = serve_deployments(two_deployments["tmp"], [VLLM_SMALL, changed])
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert recap_changed(result.stdout) == 0, result.stdout[-4000:]
+    assert started(host, "chat2") == two_deployments["chat2"]
+
+
+def test_dropping_a_deployment_removes_it_and_closes_its_port(host, two_deployments: dict) -> None:
+    result, deployed = serve_deployments(two_deployments["tmp"], [VLLM_SMALL])
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert [item["name"] for item in deployed] == ["vllm"]
+    assert host.run("docker container inspect chat2").rc != 0
+    assert not host.file("/var/lib/sparkfleet/vllm-chat2").exists
+    assert host.run("docker image inspect sparkfleet-known-good/chat2:deployment").rc != 0
+    # Its weights stay (vllm_remove_dropped_weights is false).
+    assert host.file("/srv/models/Qwen3.6-35B-A3B-NVFP4/config.json").exists
+    assert started(host, "vllm") == two_deployments["vllm"]
+    # Real TCP from outside the box: nothing answers on the dropped deployment's port any more.
+    with pytest.raises(OSError):
+        socket.create_connection((box_ip(), 8001), timeout=5).close()
+    assert served_models(8000) == [SERVED]
+
+
+def test_back_to_the_single_deployment(host, two_deployments: dict) -> None:
+    result = playbook({"vllm_deployments": []})
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert [inspect(host)["Path"], *inspect(host)["Args"]] == ["vllm", *EXPECTED_ARGS]

@@ -5,6 +5,8 @@ crosses the threshold, and the container stays stopped despite `unless-stopped`.
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -258,3 +260,60 @@ def test_prometheus_textfile(host):
     stops = next(line for line in text.splitlines()
                  if line.startswith('sparkfleet_watchdog_actions_total{container="vllm",action="stop"}'))
     assert int(stops.split()[-1]) >= 1
+
+
+# --- several deployments on one box ----------------------------------------------------------------
+# The role's default watches the vllm role's deployments (vllm_deployments), each with its priority. Two run here:
+# `chat` (priority 200, a real HTTP server on the box's port 8000) and `coder` (priority 10). Past their grace
+# period, with memory over the steady threshold, the watchdog stops one: the lowest priority, and chat keeps answering.
+DEPLOYMENTS = [{"name": "chat", "port": 8000, "priority": 200}, {"name": "coder", "port": 8001, "priority": 10}]
+
+
+def answers(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=3) as conn:
+            conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            return conn.recv(16).startswith(b"HTTP/1.")
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def two_deployments(host):
+    converged = run_playbook(CONVERGE, {"vllm_deployments": DEPLOYMENTS})
+    assert converged.returncode == 0, converged.stdout[-3000:]
+    set_memory(host, 50)
+    assert wait_for(lambda: watch_state(host) in ("idle", "armed"), 15), watch_state(host)
+    host.run("docker rm -f chat coder vllm")
+    host.run("mkdir -p /tmp/www && echo ok > /tmp/www/index.html")
+    host.check_output(f"docker run -d --name chat --network host -v /tmp/www:/www --restart unless-stopped {IMAGE} "
+                      "httpd -f -p 8000 -h /www")
+    host.check_output(f"docker run -d --name coder --restart unless-stopped {IMAGE} {EXITS_ON_SIGTERM}")
+    yield host.check_output("date '+%Y-%m-%d %H:%M:%S'")
+    set_memory(host, 50)
+    host.run("docker rm -f chat coder")
+    restored = run_playbook(CONVERGE)
+    assert restored.returncode == 0, restored.stdout[-3000:]
+
+
+def test_with_two_deployments_the_lowest_priority_is_stopped_and_the_other_keeps_serving(host, two_deployments):
+    config = json.loads(host.file(CONFIG).content_string)
+    assert [(c["name"], c.get("priority")) for c in config["containers"]] == [("chat", 200), ("coder", 10)]
+    # The box's address on the test bed's network, as the controller reaches it.
+    address = subprocess.check_output(
+        ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+         host.backend.get_hostname()], text=True).strip()
+    assert wait_for(lambda: answers(address, 8000), 10), "chat's HTTP server does not answer"
+    # Past the grace period neither is loading: the rule goes by priority.
+    time.sleep(GRACE + 1)
+    set_memory(host, 93)
+    assert wait_for(lambda: not running(host, "coder"), 15, 0.05), "the watchdog did not stop coder"
+    stop = logged(host, two_deployments, "stop")
+    assert (stop["container"], stop["chosen_by"]) == ("coder", "priority")
+    record = json.loads(host.file(f"{STOP_RECORDS}/coder.json").content_string)
+    assert (record["container"], record["chosen_by"]) == ("coder", "priority")
+    # The memory recovers (the test says so): chat was never stopped, and answers.
+    set_memory(host, 50)
+    assert running(host, "chat")
+    assert answers(address, 8000)
+    assert not any(e["event"] == "stop" and e["container"] == "chat" for e in events(host, two_deployments))
