@@ -39,14 +39,21 @@ def _integer(value: object) -> int | None:
     return None
 
 
+def _empty(setting: object) -> bool:
+    """None, "", {} or every key null (the argument spec's suboptions of an empty mapping): leave the clocks alone."""
+    if isinstance(setting, Mapping):
+        return all(value is None for value in setting.values())
+    return setting is None or setting == ""
+
+
 def limit_errors(setting: object, highest_mhz: int | None = None, name: str = "nvidia_runtime_gpu_clock_limits",
                  ) -> list[str]:
     """What is wrong with the setting, as sentences that say what to change ([] when it is right).
 
-    Empty ({}, null, "") leaves the clocks alone. Otherwise both min_mhz and max_mhz, whole MHz,
+    Empty ({}, null, "", or every key null) leaves the clocks alone. Otherwise both min_mhz and max_mhz, whole MHz,
     0 <= min_mhz <= max_mhz, max_mhz >= 1, and max_mhz at most the GPU's highest graphics clock when
     the box reported it (highest_mhz)."""
-    if setting in (None, "") or setting == {}:
+    if _empty(setting):
         return []
     example = f"e.g. {name}: {{min_mhz: 600, max_mhz: 1800}}, or {{}} to leave the clocks alone"
     if not isinstance(setting, Mapping):
@@ -80,7 +87,7 @@ def wanted(setting: object) -> dict:
     limit_errors says why)."""
     if limit_errors(setting):
         return {}
-    if not isinstance(setting, Mapping) or not setting:
+    if not isinstance(setting, Mapping) or _empty(setting):
         return {}
     return {key: _integer(setting[key]) for key in KEYS}
 

@@ -27,7 +27,7 @@ SET_LOG = (
 WANT = {"min_mhz": 600, "max_mhz": 1800}
 
 
-@pytest.mark.parametrize("setting", [None, "", {}])
+@pytest.mark.parametrize("setting", [None, "", {}, {"min_mhz": None, "max_mhz": None}])
 def test_empty_leaves_the_clocks_alone(setting):
     assert limit_errors(setting) == []
     assert wanted(setting) == {}
