@@ -5,7 +5,11 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
+import yaml
 
 from ansible_collections.sparkfleet.serving.plugins.filter.gpu_clocks import FilterModule
 from ansible_collections.sparkfleet.serving.plugins.plugin_utils.gpu_clocks import (
@@ -15,6 +19,7 @@ from ansible_collections.sparkfleet.serving.plugins.plugin_utils.gpu_clocks impo
     limit_errors,
     wanted,
 )
+from ansible_collections.sparkfleet.serving.plugins.plugin_utils.probe import parse_sections
 
 GB10 = "0000000F:01:00.0"
 ACTIVE = "LoadState=loaded\nActiveState=active\nSubState=exited\n"
@@ -137,3 +142,45 @@ def test_the_filters():
     assert filters["gpu_clock_caps"](sections, WANT)["differs"].startswith("the driver did not confirm")
     assert filters["gpu_clock_limit_errors"]({"min_mhz": 1, "max_mhz": 2500}, "1980\n")
     assert filters["gpu_clock_limit_errors"]({"min_mhz": 1, "max_mhz": 2500}, "[N/A]\n") == []
+
+
+# --- the role's probe (roles/nvidia_runtime/vars/main.yml), run by a real /bin/sh against a fake systemd ---
+
+ROOT = Path(__file__).resolve().parents[4]
+FAKE_SYSTEMCTL = """#!/bin/sh
+case "$*" in
+  *--property=InactiveExitTimestamp*) [ "$FAKE_STATE" = not-found ] || echo @1764879000 ;;
+  *) if [ "$FAKE_STATE" = not-found ]; then printf 'LoadState=not-found\\nActiveState=inactive\\n'
+     else printf 'LoadState=loaded\\nActiveState=%s\\nSubState=exited\\nUnitFileState=enabled\\n' "$FAKE_STATE"; fi ;;
+esac
+"""
+# Prints its arguments, so that the test sees what the probe asked, and the driver's answer.
+FAKE_JOURNALCTL = f"""#!/bin/sh
+echo "journalctl $*"
+printf '%s\\n' '{SET_LOG.splitlines()[1]}'
+"""
+
+
+def run_probe(tmp_path: Path, state: str) -> dict:
+    script = yaml.safe_load((ROOT / "roles/nvidia_runtime/vars/main.yml").read_text())["__nvidia_runtime_clocks_probe"]
+    script = script.replace("{{ __nvidia_runtime_gpu_clocks_unit }}", "sparkfleet-gpu-clocks.service")
+    for name, text in (("systemctl", FAKE_SYSTEMCTL), ("journalctl", FAKE_JOURNALCTL)):
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(0o755)
+    done = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, check=True,
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin", "FAKE_STATE": state})
+    return parse_sections(done.stdout, ["gpu_clocks_unit", "gpu_clocks_log"])
+
+
+def test_the_probe_reads_the_journal_since_the_units_last_start(tmp_path):
+    sections = run_probe(tmp_path, "active")
+    assert sections["gpu_clocks_log"]["lines"][0] == (
+        "journalctl --no-pager --output=cat --unit=sparkfleet-gpu-clocks.service --since=@1764879000")
+    assert FilterModule().filters()["gpu_clock_caps"](sections, WANT)["applied_text"] == "600-1800 MHz"
+
+
+def test_the_probe_of_a_box_without_the_unit_asks_no_journal(tmp_path):
+    sections = run_probe(tmp_path, "not-found")
+    assert sections["gpu_clocks_log"]["output"] == ""
+    caps = FilterModule().filters()["gpu_clock_caps"](sections, WANT)
+    assert caps["unit"] == "not installed" and "is not installed" in caps["differs"]
