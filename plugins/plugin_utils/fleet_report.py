@@ -43,7 +43,7 @@ SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 # The printed table: some columns join two fields of the row (status_display); the JSON has them apart.
 STATUS_COLUMNS = (
     ("host", "host"), ("members_display", "members (container)"), ("reachable", "up"), ("gpu", "GPU"),
-    ("driver_cuda", "driver/CUDA"), ("image", "image"),
+    ("driver_cuda", "driver/CUDA"), ("gpu_clocks_display", "clock caps wanted/applied"), ("image", "image"),
     ("image_digest", "digest"), ("image_id_display", "image id"), ("model_revision", "model@revision"),
     ("served_model_name", "served as"),
     ("health", "health"), ("start_display", "ready in/TTFT"),
@@ -56,6 +56,9 @@ ROW_FIELDS = ("host", "reachable", "error", "gpu", "gpu_present", "driver", "cud
               "container", "model", "revision", "commit", "served_model_name", "model_source", "deployed_at",
               "health", "memory_used_pct", "watchdog", "watchdog_last_action", "watchdog_stop", "cluster_guard_stop",
               "firewall", "cluster", "cluster_role", "time_to_ready_s", "ttft_s", *METRICS)
+# The GPU clock caps (the nvidia_runtime role's published nvidia_runtime_gpu_clocks): only in the rows of boxes
+# that have caps set or a caps unit, so that the rows and the table of the others stay as they were.
+CLOCK_FIELDS = ("gpu_clocks_wanted", "gpu_clocks_applied", "gpu_clocks_differ")
 # What a cluster's row takes from its head alone: what its API says (the workers serve none), and how fast it
 # started (the head's gate watched it).
 HEAD_ONLY = ("health", "time_to_ready_s", "ttft_s", *METRICS)
@@ -211,6 +214,17 @@ def start_figures(record: dict) -> dict:
     return {"time_to_ready_s": seconds("time_to_ready_s"), "ttft_s": seconds("ttft_s")}
 
 
+def clock_fields(clocks: object) -> dict:
+    """nvidia_runtime_gpu_clocks (the nvidia_runtime role's README, "Published results") -> the row's clock caps
+    fields: wanted and applied as text, and why they differ ("" when they do not); {} for a box with nothing to say
+    (no caps set and no unit of them)."""
+    if not isinstance(clocks, dict) or not (clocks.get("wanted") or clocks.get("differs")):
+        return {}
+    return {"gpu_clocks_wanted": clocks.get("wanted_text") or UNKNOWN,
+            "gpu_clocks_applied": clocks.get("applied_text") or UNKNOWN,
+            "gpu_clocks_differ": str(clocks.get("differs") or "")}
+
+
 def status_row(raw: dict) -> dict:
     """One box's answers (see playbooks/status.yml) -> its row."""
     host = str(raw.get("host", UNKNOWN))
@@ -247,7 +261,7 @@ def status_row(raw: dict) -> dict:
            "watchdog_last_action": last_watchdog_action(raw.get("watchdog_journal"))
            if raw.get("watchdog_journal") is not None else UNKNOWN,
            "firewall": firewall_state(raw.get("ufw_rc"), raw.get("ufw_stdout")), "watchdog_stop": stopped_by,
-           "cluster_guard_stop": guard_stop, **start_figures(record)}
+           "cluster_guard_stop": guard_stop, **start_figures(record), **clock_fields(raw.get("gpu_clocks"))}
     if stopped_by and role != WORKER:
         row["health"] = f"down ({stopped_by})"
     for key, name in METRICS.items():
@@ -276,6 +290,7 @@ def cluster_row(cluster: Mapping[str, Any], members: list[dict]) -> dict:
     name = cluster["name"]
     head = next(member for member in members if member["host"] == cluster["head"])
     row = {key: _merged(members, key) for key in ROW_FIELDS}
+    row.update({key: _merged(members, key) for key in CLOCK_FIELDS if any(key in member for member in members)})
     row.update({key: head.get(key, UNKNOWN) for key in HEAD_ONLY})
     row.update(host=name, cluster=name, cluster_role="cluster", head=head["host"],
                members=[member["host"] for member in members],
@@ -368,11 +383,15 @@ def status_display(row: dict) -> dict:
             f"{host}{' (head)' if host == row.get('head') else ''} {state}"
             for host, state in (row.get("member_containers") or {}).items())
     if not row.get("reachable") and not row.get("members"):
-        out.update({key: "" for key, _title in STATUS_COLUMNS if key not in ("host", "reachable", "members_display")})
+        out.update({key: "" for key, _title in STATUS_COLUMNS
+                    if key not in ("host", "reachable", "members_display", "gpu_clocks_display")})
         error = str(row.get("error", "")).splitlines()[-1:] or [""]
         out["gpu"] = error[0][:60] + ("..." if len(error[0]) > 60 else "")
         return out
     out["driver_cuda"] = f"{row.get('driver', UNKNOWN)}/{row.get('cuda', UNKNOWN)}"
+    if "gpu_clocks_wanted" in row:
+        differs = " DIFFERS" if row.get("gpu_clocks_differ") else ""
+        out["gpu_clocks_display"] = f"{_cell(row['gpu_clocks_wanted'])}/{_cell(row.get('gpu_clocks_applied'))}{differs}"
     commit = row.get("commit", UNKNOWN)
     revision = row.get("revision", UNKNOWN)
     if commit not in (UNKNOWN, revision):

@@ -155,3 +155,66 @@ def test_profile_tool_switches_profile_toolkit_and_driver_file(tmp_path):
     refused = select("rtx9090")
     assert refused.returncode == 2
     assert "unknown profile 'rtx9090'" in refused.stderr
+
+
+# --- -lgc / -rgc: GPU clock caps, held by the simulated driver until the box restarts -------
+
+
+def test_lock_sets_the_caps_in_the_real_tools_words_and_keeps_them(tmp_path):
+    state = tmp_path / "run/sparkfleet-sim/gpu-clocks.json"
+    code, out, _err = smi.run(["-lgc", "600,1800"], profile(), "", euid=0, state=state)
+    assert code == 0
+    assert out == 'GPU clocks set to "(gpuClkMin 600, gpuClkMax 1800)" for GPU 0000000F:01:00.0\nAll done.\n'
+    assert smi.locked_clocks(state) == {"0000000F:01:00.0": {"min_mhz": 600, "max_mhz": 1800}}
+
+
+@pytest.mark.parametrize("argv", [["--lock-gpu-clocks=900"], ["-lgc", "900"], ["--lock-gpu-clocks", "900,900"]])
+def test_lock_accepts_the_long_form_and_one_value(tmp_path, argv):
+    state = tmp_path / "clocks.json"
+    code, out, _err = smi.run(argv, profile(), "", euid=0, state=state)
+    assert code == 0 and "(gpuClkMin 900, gpuClkMax 900)" in out
+    assert smi.locked_clocks(state)["0000000F:01:00.0"] == {"min_mhz": 900, "max_mhz": 900}
+
+
+def test_lock_lowers_a_maximum_above_the_gpus_to_it(tmp_path):
+    """The h100 profile knows its highest graphics clock: the driver caps at it, as the real one does."""
+    code, out, _err = smi.run(["-lgc", "0,2100"], profile("h100"), "", euid=0, state=tmp_path / "c.json")
+    assert code == 0
+    assert out.startswith('GPU clocks set to "(gpuClkMin 0, gpuClkMax 1980)" for GPU 00000000:18:00.0\n')
+
+
+def test_reset_drops_the_caps(tmp_path):
+    state = tmp_path / "clocks.json"
+    smi.run(["-lgc", "600,1800"], profile(), "", euid=0, state=state)
+    for option in ("-rgc", "--reset-gpu-clocks"):
+        assert smi.run([option], profile(), "", euid=0, state=state) == (0, "All done.\n", "")
+        assert smi.locked_clocks(state) == {}
+
+
+@pytest.mark.parametrize("argv", [["-lgc", "600,1800"], ["-rgc"]])
+def test_a_user_who_is_not_root_is_refused(tmp_path, argv):
+    state = tmp_path / "clocks.json"
+    code, out, _err = smi.run(argv, profile(), "", euid=1000, state=state)
+    assert code == 4
+    assert out == ("The current user does not have permission to change clocks for GPU 0000000F:01:00.0.\n"
+                   "Terminating early due to previous errors.\n")
+    assert not state.exists()
+
+
+@pytest.mark.parametrize("value", ["1800,600", "fast", "1,2,3", ""])
+def test_a_malformed_lock_is_refused(tmp_path, value):
+    code, out, _err = smi.run(["-lgc", value], profile(), "", euid=0, state=tmp_path / "c.json")
+    assert code == 2 and "Invalid combination of input arguments" in out
+
+
+def test_max_graphics_clock_query_is_na_without_a_capture_and_unchanged_by_a_lock(tmp_path):
+    """No GB10 capture of clocks.max.graphics: the stand-in says [N/A] there rather than invent one; a lock
+    never changes the field on either profile (the real tool reports no locked range in --query-gpu)."""
+    argv = ["--query-gpu=clocks.max.graphics", "--format=csv,noheader,nounits"]
+    assert smi.run(argv, profile(), "", euid=0) == (0, "[N/A]\n", "")
+    smi.run(["-lgc", "300,900"], profile("h100"), "", euid=0, state=tmp_path / "c.json")
+    assert smi.run(argv, profile("h100"), "", euid=0) == (0, "1980\n", "")
+
+
+def test_the_caps_live_under_run_which_a_restart_empties():
+    assert smi.CLOCKS_FILE.relative_to(smi.SIM_ROOT).parts[0] == "run"

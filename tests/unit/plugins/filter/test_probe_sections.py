@@ -23,6 +23,8 @@ PROBES = [
     "roles/firewall/files/probe.sh",
     "roles/docker/tasks/preflight.yml",
     "roles/nvidia_runtime/tasks/preflight.yml",
+    # tasks_from: clocks (the GPU clock caps unit and its journal).
+    "roles/nvidia_runtime/vars/main.yml",
     "playbooks/status.yml",
     "roles/vllm/tasks/install.yml",
 ]

@@ -259,6 +259,53 @@ def test_every_row_has_the_same_keys():
     assert set(status_row({"host": "x", "reachable": True})) == keys
 
 
+# --- GPU clock caps (the nvidia_runtime role's published nvidia_runtime_gpu_clocks) -----------------
+
+CLOCKS_SET = {"wanted": {"min_mhz": 600, "max_mhz": 1800}, "wanted_text": "600-1800 MHz", "unit": "active",
+              "applied": [{"gpu": "0000000F:01:00.0", "min_mhz": 600, "max_mhz": 1800}],
+              "applied_text": "600-1800 MHz", "differs": ""}
+CLOCKS_LOST = {**CLOCKS_SET, "unit": "not installed", "applied": [], "applied_text": "none",
+               "differs": "sparkfleet-gpu-clocks.service is not installed: nothing caps the clocks at boot"}
+CLOCKS_NONE = {"wanted": {}, "wanted_text": "leave alone", "unit": "not installed", "applied": [],
+               "applied_text": "none", "differs": ""}
+
+
+def test_a_box_without_caps_keeps_its_row_and_the_table_its_columns():
+    before = status_row(raw())
+    assert status_row(raw(gpu_clocks=CLOCKS_NONE)) == before
+    rows = [status_display(status_row(raw(gpu_clocks=CLOCKS_NONE))),
+            status_display(status_row({"host": "spark-2", "reachable": False}))]
+    assert "clock caps" not in render_table(rows, STATUS_COLUMNS)
+
+
+def test_a_box_with_caps_shows_wanted_and_applied():
+    row = status_row(raw(gpu_clocks=CLOCKS_SET))
+    assert set(row) - set(status_row(raw())) == {"gpu_clocks_wanted", "gpu_clocks_applied", "gpu_clocks_differ"}
+    assert (row["gpu_clocks_wanted"], row["gpu_clocks_applied"], row["gpu_clocks_differ"]) == (
+        "600-1800 MHz", "600-1800 MHz", "")
+    assert status_display(row)["gpu_clocks_display"] == "600-1800 MHz/600-1800 MHz"
+
+
+def test_caps_lost_at_a_reboot_are_flagged_and_the_other_boxes_show_a_dash():
+    rows = [status_display(status_row(raw(gpu_clocks=CLOCKS_LOST))),
+            status_display(status_row(raw(host="spark-2"))),
+            status_display(status_row({"host": "spark-3", "reachable": False}))]
+    assert rows[0]["gpu_clocks_display"] == "600-1800 MHz/none DIFFERS"
+    lines = render_table(rows, STATUS_COLUMNS).splitlines()
+    column = lines[0].index("clock caps wanted/applied")
+    assert lines[2][column:].startswith("600-1800 MHz/none DIFFERS")
+    assert lines[3][column:].startswith("- ")
+
+
+def test_a_clusters_row_merges_its_members_caps():
+    rows = [member("head", gpu_clocks=CLOCKS_SET), member("worker", gpu_clocks=CLOCKS_LOST)]
+    [unit] = status_units(rows, GROUPS)
+    assert unit["gpu_clocks_wanted"] == "600-1800 MHz"
+    assert unit["gpu_clocks_applied"] == "head: 600-1800 MHz; worker: none"
+    [plain] = status_units([member("head"), member("worker")], GROUPS)
+    assert "gpu_clocks_wanted" not in plain
+
+
 # --- clusters ---------------------------------------------------------------------------------
 
 GROUPS = {"all": ["spark-1", "head", "worker"], "spark": ["spark-1", "head", "worker"],
