@@ -62,7 +62,7 @@ ROW_FIELDS = ("host", "deployment", "port", "reachable", "error", "gpu", "gpu_pr
 # started (the head's gate watched it).
 HEAD_ONLY = ("health", "time_to_ready_s", "ttft_s", *METRICS)
 BENCHMARK_COLUMNS = (
-    ("host", "host"), ("members", "members"), ("completed", "done"), ("failed", "failed"),
+    ("host", "host"), ("deployment", "deployment"), ("members", "members"), ("completed", "done"), ("failed", "failed"),
     ("output_throughput", "out tok/s"),
     ("p50_ttft_ms", "TTFT p50 ms"), ("p95_ttft_ms", "TTFT p95 ms"), ("p50_e2el_ms", "E2E p50 ms"),
     ("p95_e2el_ms", "E2E p95 ms"), ("mean_e2el_ms", "E2E mean ms"), ("error", "error"),

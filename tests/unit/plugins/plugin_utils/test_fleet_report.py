@@ -493,3 +493,15 @@ def test_a_cluster_is_a_row_per_deployment_and_an_unreachable_member_is_in_each(
     assert [(u["deployment"], u["member_containers"]["worker"]) for u in units] == [
         ("big", "unreachable"), ("small", "unreachable")]
     assert all(u["health"] == "unknown (worker unreachable)" for u in units)
+
+
+def test_the_benchmark_is_a_row_per_deployment_and_the_fleet_adds_them_up():
+    """playbooks/benchmark.yml: a row per deployment of a box (the row and its `deployment`), results keyed by
+    box/deployment where a box serves several."""
+    results = {"spark-1/chat": bench_result([0.1], [[0.01]]), "spark-1/code": bench_result([0.2], [[0.01]])}
+    rows = [{**benchmark_row("spark-1", json.dumps(results[key])), "deployment": key.split("/")[1]}
+            for key in results]
+    table = render_table([*rows, benchmark_fleet(results)], BENCHMARK_COLUMNS).splitlines()
+    assert table[0].split()[:2] == ["host", "deployment"]
+    assert [line.split()[:2] for line in table[2:]] == [["spark-1", "chat"], ["spark-1", "code"], ["fleet", "-"]]
+    assert benchmark_fleet(results)["output_throughput"] == 2 * rows[0]["output_throughput"]
