@@ -287,10 +287,11 @@ def steps(data: dict[str, Any], state: dict[str, Any], rules: list[dict[str, str
 
 
 def parse_api_ports(data: dict[str, Any], errors: list[str]) -> list[int]:
-    """The API ports, one per vLLM deployment of the box (firewall_api_ports), in order, each once; without the list
-    the one firewall_api_port. A port left out of the list loses its rules on the next run (steps() deletes the rules
-    of the role that no plan wants), so a deployment removed from the box closes its port."""
-    if data.get("api_ports") is None:
+    """The API ports, one per vLLM deployment of the box (firewall_api_ports), in order, each once; without the
+    list (or with an empty one: a box serving one deployment) the one firewall_api_port. A port left out of the
+    list loses its rules on the next run (steps() deletes the rules of the role that no plan wants), so a
+    deployment removed from the box closes its port."""
+    if data.get("api_ports") is None or data.get("api_ports") == []:
         return [p for p in [parse_port(data.get("api_port"), "firewall_api_port", errors)] if p is not None]
     if not isinstance(data["api_ports"], list):
         errors.append(f"firewall_api_ports: {data['api_ports']!r} is not a list of port numbers")

@@ -451,6 +451,10 @@ def test_one_listed_api_port_makes_the_rules_of_the_single_api_port():
     assert single.get("errors") is None
     assert listed["rules"] == single["rules"] and listed["docker_user_v4"] == single["docker_user_v4"]
     assert make(**INPUT, api_ports=["8000"], probe=converged())["apply"] == []
+    # Empty (the role's default on a box serving one deployment): the one firewall_api_port, refused by that name.
+    assert make(**{**AROUND, "api_sources": ["10.1.0.0/16"], "api_ports": []})["rules"] == single["rules"]
+    assert input_errors({**FIREWALL_SETTINGS, "api_ports": [], "api_port": 70000}) == [
+        "firewall_api_port: 70000 is not a port number (expected an integer from 1 to 65535)"]
 
 
 def test_every_deployments_port_is_opened_to_the_api_sources_the_fleet_prometheus_and_the_gateway():
