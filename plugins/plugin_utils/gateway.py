@@ -55,6 +55,13 @@ def deployment_key(facts: Mapping[str, Any], name: str) -> str:
     return str(facts.get("vllm_api_key") or "")
 
 
+def box_keys(facts: Mapping[str, Any]) -> set[str]:
+    """Every key the box's deployments check: the box's vllm_api_key and the deployments' own."""
+    own = {str(item.get("api_key")) for item in facts.get("vllm_deployments") or []
+           if isinstance(item, Mapping) and item.get("api_key")}
+    return {str(facts.get("vllm_api_key") or ""), *own}
+
+
 def backends(host: str, hostvars: Mapping[str, Any], addresses: Mapping[str, str]) -> list[dict[str, Any]]:
     """The box's deployments as backends ({host, deployment, model, url, key}), one per deployment
     that serves an API: a cluster's worker serves none (--headless)."""
@@ -94,7 +101,7 @@ def input_errors(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Ma
         errors.append(
             "gateway_api_key is empty or holds characters a Bearer token may not (RFC 6750: letters, digits and "
             "-._~+/, then =): clients must present it. Set one (from Ansible Vault) made of those characters.")
-    same = [h for h in hosts if h in hostvars and str(hostvars[h].get("vllm_api_key") or "") == key]
+    same = [h for h in hosts if h in hostvars and key in box_keys(hostvars[h])]
     if key and same:
         errors.append(
             f"gateway_api_key is the boxes' own vllm_api_key ({', '.join(same)}): clients would hold the key that "

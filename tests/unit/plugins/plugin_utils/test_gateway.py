@@ -172,3 +172,9 @@ def test_a_clusters_worker_is_left_out_with_every_deployment():
              "worker": deployed(("big", "m-big", 8000), role="worker")}
     result = plan(boxes)
     assert result["errors"] == [] and [b["host"] for b in result["routes"][0]["backends"]] == ["head"]
+
+
+def test_the_gateways_key_may_not_be_a_deployments_own_key_either():
+    hostvars = {"a": {"vllm_api_key": "sk-box", "vllm_deployments": [{"name": "code", "api_key": "sk-gateway"}]}}
+    (error,) = gateway.input_errors(["a"], hostvars, SETTINGS)
+    assert "boxes' own vllm_api_key (a)" in error
