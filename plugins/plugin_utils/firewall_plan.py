@@ -286,9 +286,23 @@ def steps(data: dict[str, Any], state: dict[str, Any], rules: list[dict[str, str
     return todo
 
 
+def parse_api_ports(data: dict[str, Any], errors: list[str]) -> list[int]:
+    """The API ports, one per vLLM deployment of the box (firewall_api_ports), in order, each once; without the
+    list (or with an empty one: a box serving one deployment) the one firewall_api_port. A port left out of the
+    list loses its rules on the next run (steps() deletes the rules of the role that no plan wants), so a
+    deployment removed from the box closes its port."""
+    if data.get("api_ports") is None or data.get("api_ports") == []:
+        return [p for p in [parse_port(data.get("api_port"), "firewall_api_port", errors)] if p is not None]
+    if not isinstance(data["api_ports"], list):
+        errors.append(f"firewall_api_ports: {data['api_ports']!r} is not a list of port numbers")
+        return []
+    parsed = [parse_port(port, f"firewall_api_ports[{index}]", errors) for index, port in enumerate(data["api_ports"])]
+    return list(dict.fromkeys(p for p in parsed if p is not None))
+
+
 def parse_inputs(data: dict[str, Any], errors: list[str]) -> tuple[Any, ...]:
-    """The API port and sources, the fleet's ports, the monitoring hosts' ports and the extra rules, each checked."""
-    api_port = parse_port(data.get("api_port"), "firewall_api_port", errors)
+    """The API ports and sources, the fleet's ports, the monitoring hosts' ports and the extra rules, each checked."""
+    api_ports = parse_api_ports(data, errors)
     api_sources = networks(data.get("api_sources"), "firewall_api_sources", errors)
     fleet_ports = [(parse_ports(p.get("port"), "firewall_fleet_ports", errors), p.get("proto", "tcp"))
                    for p in data.get("fleet_ports") or []]
@@ -309,7 +323,7 @@ def parse_inputs(data: dict[str, Any], errors: list[str]) -> tuple[Any, ...]:
         extra.append((action, port, proto, source))
     monitoring_ports = [parse_ports(p, "firewall_monitoring_ports", errors) for p in data.get("monitoring_ports") or []]
     cache_port = parse_port(data.get("cache_port", 5000), "firewall_registry_cache_port", errors)
-    return api_port, api_sources, fleet_ports, monitoring_ports, extra, cache_port
+    return api_ports, api_sources, fleet_ports, monitoring_ports, extra, cache_port
 
 
 def input_errors(data: dict[str, Any]) -> list[str]:
@@ -350,7 +364,7 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     state = read_probe(data.get("probe") or {}, errors)
     data = {**data, **{key: state[key] for key in ("ssh_connection", "sshd_output", "sshd_error")}}
     ssh_ports, ssh_sources = ssh_plan(data, errors)
-    api_port, api_sources, fleet_ports, monitoring_ports, extra, cache_port = parse_inputs(data, errors)
+    api_ports, api_sources, fleet_ports, monitoring_ports, extra, cache_port = parse_inputs(data, errors)
     fleet, monitoring, gateway = (host_addresses(data, kind, errors) for kind in ("fleet", "monitoring", "gateway"))
     cluster = cluster_rules(data, errors)
     if errors:
@@ -361,8 +375,9 @@ def plan(data: dict[str, Any]) -> dict[str, Any]:
     # A cluster's worker serves no API (vLLM's --headless): the API port stays closed there, to the API's
     # sources and to the fleet alike; only the head, rank 0, opens it.
     api_sources = api_sources if data.get("serves_api", True) else []
-    api_services = [(str(api_port), "tcp")] if data.get("serves_api", True) else []
-    rules += [rule("allow", str(api_port), "tcp", s, "api") for s in api_sources]
+    api_services = [(str(port), "tcp") for port in api_ports] if data.get("serves_api", True) else []
+    # Port by port, then source by source: with one port, the rules (and their order) of a box serving one deployment.
+    rules += [rule("allow", port, proto, s, "api") for port, proto in api_services for s in api_sources]
     fleet_services = api_services + [(str(p), "tcp") for p in ssh_ports if ssh_sources] + fleet_ports
     # A pull-through image cache on this host (sparkfleet.serving.registry_cache) serves the fleet's Docker engines.
     fleet_services += [(str(cache_port), "tcp")] if data.get("cache_here") else []

@@ -6,7 +6,8 @@
 playbooks/status.yml and playbooks/benchmark.yml collect raw answers on the boxes (GPU facts,
 the deployment record, the model manifest, docker inspect, /health, /metrics, the watchdog's
 journal, ufw); these pure functions turn them into rows, a text table and fleet figures.
-Anything a box did not say is "unknown", never a guess. A cluster (boxes that serve one model
+Anything a box did not say is "unknown", never a guess. A box serving several vLLM deployments
+(the vllm role's vllm_deployed) is a row per deployment, named and with its port. A cluster (boxes that serve one model
 together, plugins/plugin_utils/cluster.py) is one row of the table, its health its head's (the
 workers serve no API). Unit tests: tests/unit/plugins/plugin_utils/test_fleet_report.py.
 """
@@ -42,7 +43,8 @@ SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 # The printed table: some columns join two fields of the row (status_display); the JSON has them apart.
 STATUS_COLUMNS = (
-    ("host", "host"), ("members_display", "members (container)"), ("reachable", "up"), ("gpu", "GPU"),
+    ("host", "host"), ("deployment_display", "deployment"), ("members_display", "members (container)"),
+    ("reachable", "up"), ("gpu", "GPU"),
     ("driver_cuda", "driver/CUDA"), ("gpu_clocks_display", "clock caps wanted/applied"), ("image", "image"),
     ("image_digest", "digest"), ("image_id_display", "image id"), ("model_revision", "model@revision"),
     ("served_model_name", "served as"),
@@ -51,8 +53,8 @@ STATUS_COLUMNS = (
     ("memory_used_pct", "mem %"), ("watchdog_display", "watchdog (last action)"), ("firewall", "ufw"),
 )
 # Every field of a status row (the JSON's keys).
-ROW_FIELDS = ("host", "reachable", "error", "gpu", "gpu_present", "driver", "cuda", "image", "image_digest",
-              "image_id", "image_differs",
+ROW_FIELDS = ("host", "deployment", "port", "reachable", "error", "gpu", "gpu_present", "driver", "cuda", "image",
+              "image_digest", "image_id", "image_differs",
               "container", "model", "revision", "commit", "served_model_name", "model_source", "deployed_at",
               "health", "memory_used_pct", "watchdog", "watchdog_last_action", "watchdog_stop", "cluster_guard_stop",
               "firewall", "cluster", "cluster_role", "time_to_ready_s", "ttft_s", *METRICS)
@@ -63,7 +65,7 @@ CLOCK_FIELDS = ("gpu_clocks_wanted", "gpu_clocks_applied", "gpu_clocks_differ")
 # started (the head's gate watched it).
 HEAD_ONLY = ("health", "time_to_ready_s", "ttft_s", *METRICS)
 BENCHMARK_COLUMNS = (
-    ("host", "host"), ("members", "members"), ("completed", "done"), ("failed", "failed"),
+    ("host", "host"), ("deployment", "deployment"), ("members", "members"), ("completed", "done"), ("failed", "failed"),
     ("output_throughput", "out tok/s"),
     ("p50_ttft_ms", "TTFT p50 ms"), ("p95_ttft_ms", "TTFT p95 ms"), ("p50_e2el_ms", "E2E p50 ms"),
     ("p95_e2el_ms", "E2E p95 ms"), ("mean_e2el_ms", "E2E mean ms"), ("error", "error"),
@@ -236,6 +238,7 @@ def status_row(raw: dict) -> dict:
         row.update(host=host, reachable=False, error=str(raw.get("error") or "unreachable"))
         return row
     gpu = raw.get("gpu") if isinstance(raw.get("gpu"), dict) else {}
+    port = raw.get("port")
     record, legacy = _json(raw.get("deployment")), _json(raw.get("legacy_deployment"))
     container = raw.get("container") if isinstance(raw.get("container"), dict) else {}
     state = (container.get("State") or {}).get("Status") or ("absent" if raw.get("container_checked") else UNKNOWN)
@@ -248,7 +251,9 @@ def status_row(raw: dict) -> dict:
     # cluster worker its guard stopped when its head was gone.
     stopped_by = watchdog_stop_text(raw.get("watchdog_stop")) if state != "running" else ""
     guard_stop = cluster_guard_stop_text(raw.get("cluster_guard_stop")) if state != "running" else ""
-    row = {"host": host, "reachable": True, "error": "", **_gpu(gpu), "image": image, "image_digest": digest,
+    row = {"host": host, "deployment": str(raw.get("deployment_name") or UNKNOWN),
+           "port": int(port) if str(port).isdigit() else UNKNOWN, "reachable": True, "error": "", **_gpu(gpu),
+           "image": image, "image_digest": digest,
            "image_id": image_id, "image_differs": "",
            "container": state,
            **_model_identity(_json(raw.get("manifest")), record, legacy,
@@ -298,6 +303,10 @@ def cluster_row(cluster: Mapping[str, Any], members: list[dict]) -> dict:
                                   for m in members},
                reachable=all(member.get("reachable") for member in members),
                error="; ".join(f"{m['host']}: {m['error']}" for m in members if m.get("error")))
+    # The deployment the row is of: an unreachable member's row names none.
+    named = [member for member in members if member.get("reachable")]
+    if named:
+        row.update(deployment=named[0].get("deployment", UNKNOWN), port=named[0].get("port", UNKNOWN))
     why = {member["host"]: member.get("watchdog_stop") or member.get("cluster_guard_stop") for member in members}
     stopped = [f"{host} {why.get(host) or state}" for host, state in row["member_containers"].items()
                if state not in ("running", "unreachable")]
@@ -355,11 +364,23 @@ def flag_image_ids(rows: list[dict]) -> list[dict]:
     return rows
 
 
+def _member_row(rows_by_key: Mapping[tuple[str, str], dict], rows: list[dict], member: str, deployment: str) -> dict:
+    """A cluster member's row of one deployment; an unreachable member has one row, whatever the deployment (its
+    deployments could not be read); a member the run did not ask is an unreachable member."""
+    found = rows_by_key.get((member, deployment))
+    if found:
+        return found
+    unreachable = [row for row in rows if row["host"] == member and not row.get("reachable")]
+    return unreachable[0] if unreachable else status_row(
+        {"host": member, "reachable": False, "error": "not in this run (status_hosts)"})
+
+
 def status_units(rows: list[dict], groups: Mapping[str, Sequence[str]]) -> list[dict]:
-    """The boxes' status rows -> one row per box or cluster (a child group of `clusters`), in the
-    order of their first host; a member the run did not ask is an unreachable member."""
+    """The status rows (one per box and deployment) -> one row per deployment of a box or of a cluster (a child
+    group of `clusters`), in the order of their first host: a cluster's rows, one per deployment its reachable
+    members name, where its first member's row is."""
     rows = flag_image_ids([dict(row) for row in rows])
-    by_host = {row["host"]: row for row in rows}
+    by_key = {(row["host"], str(row.get("deployment", UNKNOWN))): row for row in rows}
     units: list[dict] = []
     seen: set[str] = set()
     for row in rows:
@@ -368,16 +389,20 @@ def status_units(rows: list[dict], groups: Mapping[str, Sequence[str]]) -> list[
             units.append(row)
         elif cluster["name"] not in seen:
             seen.add(cluster["name"])
-            units.append(cluster_row(cluster, [
-                by_host.get(member) or status_row({"host": member, "reachable": False,
-                                                   "error": "not in this run (status_hosts)"})
-                for member in cluster["members"]]))
+            members = set(cluster["members"])
+            named = [str(r.get("deployment", UNKNOWN)) for r in rows if r["host"] in members and r.get("reachable")]
+            for deployment in list(dict.fromkeys(named)) or [str(row.get("deployment", UNKNOWN))]:
+                units.append(cluster_row(cluster, [_member_row(by_key, rows, member, deployment)
+                                                   for member in cluster["members"]]))
     return units
 
 
 def status_display(row: dict) -> dict:
     """A status row with the printed table's joined columns."""
     out = dict(row)
+    port = row.get("port", UNKNOWN)
+    out["deployment_display"] = (f"{row.get('deployment', UNKNOWN)}:{port}" if port not in (UNKNOWN, None, "")
+                                 else row.get("deployment", UNKNOWN))
     if row.get("members"):
         out["members_display"] = ", ".join(
             f"{host}{' (head)' if host == row.get('head') else ''} {state}"

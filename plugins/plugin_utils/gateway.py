@@ -31,20 +31,51 @@ def slug(model: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "model"
 
 
-def backend(host: str, hostvars: Mapping[str, Any], addresses: Mapping[str, str]) -> dict[str, Any] | None:
-    """The box as a backend ({host, model, url, key}), or None when it serves no API (a cluster's worker)."""
-    facts = hostvars[host]
-    deployment = facts.get("vllm_deployment")
-    if not isinstance(deployment, Mapping) or not deployment.get("served_model_name"):
+def deployments(host: str, facts: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The box's published deployments: vllm_deployed (one per deployment), else the single
+    vllm_deployment of a vllm role that publishes only that one."""
+    deployed = facts.get("vllm_deployed")
+    if deployed is None:
+        single = facts.get("vllm_deployment")
+        deployed = [single] if single is not None else []
+    found = [d for d in deployed if isinstance(d, Mapping) and d.get("served_model_name")]
+    if not found or len(found) != len(deployed):
         raise ValueError(
-            f"{host} has no published vllm_deployment (the vllm role's result): run the vllm role's facts entry "
-            "point on the serving boxes first, as playbooks/gateway.yml does.")
-    if (deployment.get("cluster") or {}).get("role") == "worker":
-        return None
+            f"{host} has no published vllm_deployment (nor vllm_deployed, one per deployment) with a served model "
+            "(the vllm role's result): "
+            "run the vllm role's facts entry point on the serving boxes first, as playbooks/gateway.yml does.")
+    return found
+
+
+def deployment_key(facts: Mapping[str, Any], name: str) -> str:
+    """The key a deployment checks: its own api_key in vllm_deployments, else the box's vllm_api_key."""
+    for item in facts.get("vllm_deployments") or []:
+        if isinstance(item, Mapping) and item.get("name") == name and item.get("api_key"):
+            return str(item["api_key"])
+    return str(facts.get("vllm_api_key") or "")
+
+
+def box_keys(facts: Mapping[str, Any]) -> set[str]:
+    """Every key the box's deployments check: the box's vllm_api_key and the deployments' own."""
+    own = {str(item.get("api_key")) for item in facts.get("vllm_deployments") or []
+           if isinstance(item, Mapping) and item.get("api_key")}
+    return {str(facts.get("vllm_api_key") or ""), *own}
+
+
+def backends(host: str, hostvars: Mapping[str, Any], addresses: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The box's deployments as backends ({host, deployment, model, url, key}), one per deployment
+    that serves an API: a cluster's worker serves none (--headless)."""
+    facts = hostvars[host]
     address = addresses.get(host) or facts.get("ansible_host") or host
     host_part = f"[{address}]" if ":" in str(address) else str(address)
-    return {"host": host, "model": str(deployment["served_model_name"]),
-            "url": f"http://{host_part}:{deployment['port']}", "key": str(facts.get("vllm_api_key") or "")}
+    found = []
+    for deployment in deployments(host, facts):
+        if (deployment.get("cluster") or {}).get("role") == "worker":
+            continue
+        name = str(deployment.get("name") or deployment.get("container") or "vllm")
+        found.append({"host": host, "deployment": name, "model": str(deployment["served_model_name"]),
+                      "url": f"http://{host_part}:{deployment['port']}", "key": deployment_key(facts, name)})
+    return found
 
 
 def key_errors(model: str, members: list[dict[str, Any]]) -> list[str]:
@@ -52,8 +83,8 @@ def key_errors(model: str, members: list[dict[str, Any]]) -> list[str]:
     errors: list[str] = []
     if len(keys) > 1:
         errors.append(
-            f"The boxes serving {model} ({', '.join(m['host'] for m in members)}) have different vllm_api_key "
-            "values: the gateway sends one key to every box of a model. Give them the same key.")
+            f"The deployments serving {model} ({', '.join(m['host'] + '/' + m['deployment'] for m in members)}) have "
+            "different vllm_api_key values: the gateway sends one key to every box of a model. Give them the same key.")
     elif keys and not TOKEN.match(next(iter(keys))):
         errors.append(
             f"The vllm_api_key of the boxes serving {model} is empty or holds characters a Bearer token may not "
@@ -70,7 +101,7 @@ def input_errors(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Ma
         errors.append(
             "gateway_api_key is empty or holds characters a Bearer token may not (RFC 6750: letters, digits and "
             "-._~+/, then =): clients must present it. Set one (from Ansible Vault) made of those characters.")
-    same = [h for h in hosts if h in hostvars and str(hostvars[h].get("vllm_api_key") or "") == key]
+    same = [h for h in hosts if h in hostvars and key in box_keys(hostvars[h])]
     if key and same:
         errors.append(
             f"gateway_api_key is the boxes' own vllm_api_key ({', '.join(same)}): clients would hold the key that "
@@ -96,12 +127,13 @@ def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[
             errors.append(f"gateway_serving_hosts names {host!r}, which is not a host of the inventory.")
             continue
         try:
-            found = backend(host, hostvars, settings.get("addresses") or {})
+            found = backends(host, hostvars, settings.get("addresses") or {})
         except ValueError as exc:
             errors.append(str(exc))
             continue
-        if found:
-            by_model.setdefault(found["model"], []).append(found)
+        # A box serving two models is a backend of two routes; a model on some boxes only is routed only there.
+        for member in found:
+            by_model.setdefault(member["model"], []).append(member)
     if not by_model and not errors:
         errors.append("No box serves an API: gateway_serving_hosts is empty or holds only clusters' workers.")
     model_ports = dict(settings.get("model_ports") or {})
@@ -124,7 +156,7 @@ def routes(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Mapping[
             "router_metrics_port": router_metrics_port + index,
             "standby_port": int(settings["router_port"]) + STANDBY_OFFSET + index,
             "standby_metrics_port": router_metrics_port + STANDBY_OFFSET + index,
-            "backends": [{"host": m["host"], "url": m["url"]} for m in members],
+            "backends": [{"host": m["host"], "deployment": m["deployment"], "url": m["url"]} for m in members],
         })
         api_keys[slug(model)] = members[0]["key"]
     # The keys apart from the routes: every task that loops over the routes shows its items when it

@@ -162,8 +162,9 @@ def prometheus(tmp_path):
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
               "rule_files": [str(rules / "*.rules.yml")],
               "scrape_configs": [{"job_name": job, "metrics_path": f"/{job}",
-                                  "static_configs": [{"targets": [target], "labels": {"box": "spark-1"}}]}
-                                 for job in ("vllm", "node")]}
+                                  "static_configs": [{"targets": [target], "labels": labels}]}
+                                 for job, labels in (("vllm", {"box": "spark-1", "deployment": "vllm"}),
+                                                     ("node", {"box": "spark-1"}))]}
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
     port = free_port()
     server = subprocess.Popen(
@@ -206,6 +207,7 @@ def test_the_console_shows_the_fleet_each_box_and_the_alerts(prometheus):
     # Rates once two scrapes are in, the box's gauges, memory 64e9 bytes = 59.6 GiB.
     assert "<td>all boxes</td>\n<td>-" not in page, "no tokens/s after a minute"
     assert "<td>3.0</td>" in page and "<td>25.0</td>" in page and "<td>59.6</td>" in page
+    assert "<tr><td>spark-1</td><td>vllm</td>" in page, "no row for the box's deployment"
 
 
 # ------------------------------------------------------------------ the console, in a real headless browser
@@ -318,8 +320,8 @@ def test_the_console_in_a_headless_browser(prometheus, tmp_path):
     assert messages == [], "the page wrote to the browser's console"
     parsed = Tables()
     parsed.feed(dom)
-    assert len(parsed.tables) == 3, dom
-    fleet, boxes, alerts = (rows_by_header(table) for table in parsed.tables)
+    assert len(parsed.tables) == 4, dom
+    fleet, boxes, deployments, alerts = (rows_by_header(table) for table in parsed.tables)
     # Every box Prometheus knows has its row, and only those.
     with urllib.request.urlopen(f"{prometheus}/api/v1/query?query=up%7Bjob%3D%22node%22%7D", timeout=10) as answer:
         known = {series["metric"]["box"] for series in json.load(answer)["data"]["result"]}
@@ -335,6 +337,11 @@ def test_the_console_in_a_headless_browser(prometheus, tmp_path):
     assert boxes["spark-1"]["Watchdog stops"].startswith("vllm stopped 2027-01-15")
     assert boxes["spark-1"]["Watchdog stops"].endswith("(still stopped)")
     assert alerts["SparkfleetWatchdogStoppedContainer"]["Box"] == "spark-1"
+    assert alerts["SparkfleetWatchdogStoppedContainer"]["Deployment"] == "-"
+    # A row per deployment (its target's `deployment` label), with its own figures.
+    assert {column: deployments["spark-1"][column] for column in (
+        "Deployment", "vLLM", "Running", "Waiting", "KV cache used %")} == {
+        "Deployment": "vllm", "vLLM": "up", "Running": "3.0", "Waiting": "0.0", "KV cache used %": "25.0"}
 
     width, height, rows = png_rows(SCREENSHOT.read_bytes())
     assert (width, height) == WINDOW

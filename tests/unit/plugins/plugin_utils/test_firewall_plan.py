@@ -439,3 +439,62 @@ def test_a_registry_cache_host_lets_the_fleet_reach_its_port_and_no_one_else():
     assert [c for c in comments(make(**AROUND, cache_port=5000, cache_here=False)) if "5000" in c] == []
     assert make(**AROUND, cache_port=70000)["errors"] == [
         "firewall_registry_cache_port: 70000 is not a port number (expected an integer from 1 to 65535)"]
+
+
+# --- several vLLM deployments on a box: an API port each (firewall_api_ports) --------------------
+
+
+def test_one_listed_api_port_makes_the_rules_of_the_single_api_port():
+    """A box serving one deployment keeps its rules and their order, whether the port comes as a list or not."""
+    single = make(**{**AROUND, "api_sources": ["10.1.0.0/16"]})
+    listed = make(**{**AROUND, "api_sources": ["10.1.0.0/16"], "api_ports": [8000], "api_port": 1234})
+    assert single.get("errors") is None
+    assert listed["rules"] == single["rules"] and listed["docker_user_v4"] == single["docker_user_v4"]
+    assert make(**INPUT, api_ports=["8000"], probe=converged())["apply"] == []
+    # Empty (the role's default on a box serving one deployment): the one firewall_api_port, refused by that name.
+    assert make(**{**AROUND, "api_sources": ["10.1.0.0/16"], "api_ports": []})["rules"] == single["rules"]
+    assert input_errors({**FIREWALL_SETTINGS, "api_ports": [], "api_port": 70000}) == [
+        "firewall_api_port: 70000 is not a port number (expected an integer from 1 to 65535)"]
+
+
+def test_every_deployments_port_is_opened_to_the_api_sources_the_fleet_prometheus_and_the_gateway():
+    result = make(**{**AROUND, "api_sources": ["10.1.0.0/16"], "api_ports": [8000, 8001, 8001]})
+    assert result.get("errors") is None
+    for port in ("8000", "8001"):
+        wanted = {f"api allow {port}/tcp from 10.1.0.0/16", f"monitoring allow {port}/tcp from 192.0.2.50/32",
+                  f"gateway allow {port}/tcp from 192.0.2.60/32"}
+        assert wanted <= {c.removeprefix("sparkfleet.serving.firewall: ") for c in comments(result)}
+        assert any(f": fleet allow {port}/tcp from " in c for c in comments(result))
+    # A port listed twice is opened once.
+    assert len([c for c in comments(result) if ": api allow 8001/tcp" in c]) == 1
+
+
+def test_a_port_no_longer_listed_is_closed_on_the_next_run():
+    """The rules of a removed deployment's port are the role's (its comment) and wanted by no plan: deleted."""
+    two = make(**INPUT, api_ports=[8000, 8001])
+    state = converged(added="Added user rules (see 'ufw status' for running firewall):\n"
+                      + "\n".join(added_line(r) for r in two["rules"]))
+    assert make(**INPUT, api_ports=[8000, 8001], probe=state)["apply"] == []
+    result = make(**INPUT, api_ports=[8000], probe=state)
+    deleted = [step["rule"] for step in result["apply"] if step["task"] == "delete"]
+    assert deleted and all("8001/tcp" in rule for rule in deleted)
+    assert len(deleted) == len([r for r in two["rules"] if r["port"] == "8001"])
+    assert [step["task"] for step in result["apply"]] == ["delete"] * len(deleted)
+
+
+def test_a_cluster_worker_opens_none_of_the_api_ports():
+    worker = make(**INPUT, api_ports=[8000, 8001], cluster_peers=PEERS, serves_api=False)
+    assert [c for c in comments(worker) if "8000/tcp" in c or "8001/tcp" in c] == []
+
+
+@pytest.mark.parametrize(("ports", "expect"), [
+    ([8000, 0], "firewall_api_ports[1]: 0 is not a port number"),
+    (["80a"], "firewall_api_ports[0]: '80a' is not a port number"),
+    ("8000", "firewall_api_ports: '8000' is not a list"),
+])
+def test_bad_api_ports_are_refused_by_the_check_and_the_plan(ports: Any, expect: str):
+    settings = {**FIREWALL_SETTINGS, "api_ports": ports}
+    errors = input_errors(settings)
+    assert any(expect in error for error in errors), errors
+    assert plan({**settings, "self": "spark-01", "probe": probe(connection="10.0.0.9 50000 10.0.0.2 22")})["errors"] \
+        == errors

@@ -499,3 +499,56 @@ def test_a_clusters_start_is_its_heads():
     units = status_units([head, member("worker")], GROUPS)
     assert (units[0]["time_to_ready_s"], units[0]["ttft_s"]) == (1446.0, 0.412)
     assert status_row({"host": "x", "reachable": False})["time_to_ready_s"] == "unknown"
+
+
+# --- several deployments on a box (the vllm role's vllm_deployed) -------------------------------
+
+def deployed(host: str, name: str, port: int, **overrides: object) -> dict:
+    """What status.yml gathers for one deployment of a box: its name and port beside the box's answers."""
+    cluster = cluster_of_host(GROUPS, host) if host in ("head", "worker") else {}
+    worker = {"health_status": -1, "metrics": ""} if host == "worker" else {}
+    return status_row(raw(host=host, deployment_name=name, port=port, cluster=cluster, **{**worker, **overrides}))
+
+
+def test_a_row_per_deployment_named_with_its_port():
+    rows = [deployed("spark-1", "chat", 8000), deployed("spark-1", "code", 8001, health_status=503)]
+    assert [(r["host"], r["deployment"], r["port"], r["health"]) for r in rows] == [
+        ("spark-1", "chat", 8000, "ok"), ("spark-1", "code", 8001, "failing (HTTP 503)")]
+    units = status_units(rows, GROUPS)
+    assert [(u["host"], u["deployment"]) for u in units] == [("spark-1", "chat"), ("spark-1", "code")]
+    table = render_table([status_display(u) for u in units], STATUS_COLUMNS).splitlines()
+    assert table[0].split()[:2] == ["host", "deployment"]
+    assert table[2].split()[:2] == ["spark-1", "chat:8000"] and table[3].split()[:2] == ["spark-1", "code:8001"]
+
+
+def test_a_single_deployment_row_gains_only_its_name_and_port():
+    before = status_row(raw())
+    after = status_row(raw(deployment_name="vllm", port="8000"))
+    assert {k: v for k, v in after.items() if before[k] != v} == {"deployment": "vllm", "port": 8000}
+    assert status_display(after)["deployment_display"] == "vllm:8000"
+    assert (before["deployment"], status_display(before)["deployment_display"]) == ("unknown", "unknown")
+
+
+def test_a_cluster_is_a_row_per_deployment_and_an_unreachable_member_is_in_each():
+    rows = [deployed("head", "big", 8000), deployed("head", "small", 8001),
+            deployed("worker", "big", 8000), deployed("worker", "small", 8001)]
+    units = status_units(rows, GROUPS)
+    assert [(u["host"], u["deployment"], u["port"], u["health"]) for u in units] == [
+        ("pair1", "big", 8000, "ok"), ("pair1", "small", 8001, "ok")]
+    gone = status_row({"host": "worker", "reachable": False, "error": "timed out"})
+    units = status_units([rows[0], rows[1], gone], GROUPS)
+    assert [(u["deployment"], u["member_containers"]["worker"]) for u in units] == [
+        ("big", "unreachable"), ("small", "unreachable")]
+    assert all(u["health"] == "unknown (worker unreachable)" for u in units)
+
+
+def test_the_benchmark_is_a_row_per_deployment_and_the_fleet_adds_them_up():
+    """playbooks/benchmark.yml: a row per deployment of a box (the row and its `deployment`), results keyed by
+    box/deployment where a box serves several."""
+    results = {"spark-1/chat": bench_result([0.1], [[0.01]]), "spark-1/code": bench_result([0.2], [[0.01]])}
+    rows = [{**benchmark_row("spark-1", json.dumps(results[key])), "deployment": key.split("/")[1]}
+            for key in results]
+    table = render_table([*rows, benchmark_fleet(results)], BENCHMARK_COLUMNS).splitlines()
+    assert table[0].split()[:2] == ["host", "deployment"]
+    assert [line.split()[:2] for line in table[2:]] == [["spark-1", "chat"], ["spark-1", "code"], ["fleet", "-"]]
+    assert benchmark_fleet(results)["output_throughput"] == 2 * rows[0]["output_throughput"]

@@ -108,3 +108,73 @@ def test_the_filter_is_registered_and_checks_its_input():
         gateway_routes("a", {}, SETTINGS)
     with pytest.raises(AnsibleFilterError, match="gateway_routes: "):
         gateway_routes(["a"], {"a": box()}, {"router_port": 1})
+
+
+def deployed(*items: tuple[str, str, int], role: str | None = None, key: str = "sk-box",
+             **extra: Any) -> dict[str, Any]:
+    """A box publishing vllm_deployed: (name, served model, port) per deployment; vllm_deployment is the first."""
+    cluster = {"role": role} if role else {}
+    published = [{"name": name, "container": name, "served_model_name": model, "port": port, "priority": 0,
+                  "cluster": cluster} for name, model, port in items]
+    return {"vllm_deployed": published, "vllm_deployment": published[0] if published else None,
+            "vllm_api_key": key, **extra}
+
+
+def test_a_model_on_two_of_three_boxes_is_routed_only_there():
+    boxes = {"a": deployed(("chat", "m-chat", 8000), ("code", "m-code", 8001)),
+             "b": deployed(("chat", "m-chat", 8000)),
+             "c": deployed(("code", "m-code", 8001), ansible_host="10.0.0.3")}
+    result = plan(boxes, model_ports={"m-chat": 9001, "m-code": 9002})
+    assert result["errors"] == []
+    routed = {r["model"]: [(b["host"], b["deployment"], b["url"]) for b in r["backends"]] for r in result["routes"]}
+    assert routed == {"m-chat": [("a", "chat", "http://a:8000"), ("b", "chat", "http://b:8000")],
+                      "m-code": [("a", "code", "http://a:8001"), ("c", "code", "http://10.0.0.3:8001")]}
+
+
+def test_the_single_deployment_fact_alone_still_makes_one_backend_per_box():
+    """Before the vllm role publishes vllm_deployed, vllm_deployment is the box's one deployment."""
+    (route,) = plan({"a": box(), "b": box()})["routes"]
+    assert route["backends"] == [{"host": "a", "deployment": "vllm", "url": "http://a:8000"},
+                                 {"host": "b", "deployment": "vllm", "url": "http://b:8000"}]
+    named = box()
+    named["vllm_deployment"]["container"] = "serve"
+    assert plan({"a": named})["routes"][0]["backends"][0]["deployment"] == "serve"
+
+
+def test_vllm_deployed_wins_over_vllm_deployment():
+    boxes = {"a": {**deployed(("one", "m-one", 8000), ("two", "m-two", 8001)),
+                   "vllm_deployment": {"served_model_name": "stale", "port": 1, "cluster": {}}}}
+    result = plan(boxes, model_ports={"m-one": 9001, "m-two": 9002})
+    assert [r["model"] for r in result["routes"]] == ["m-one", "m-two"]
+
+
+def test_a_deployments_own_key_and_keys_differing_within_a_model():
+    boxes = {"a": {**deployed(("chat", "m-chat", 8000), ("code", "m-code", 8001)),
+                   "vllm_deployments": [{"name": "code", "port": 8001, "api_key": "sk-code"}]},
+             "b": deployed(("code", "m-code", 8001))}
+    result = plan(boxes, model_ports={"m-chat": 9001, "m-code": 9002})
+    assert result["api_keys"] == {"m-chat": "sk-box", "m-code": "sk-code"}
+    (error,) = result["errors"]
+    assert "m-code (a/code, b/code)" in error and "different vllm_api_key" in error
+
+
+@pytest.mark.parametrize(("facts", "words"), [
+    ({"vllm_deployed": [], "vllm_api_key": "sk-box"}, "no published vllm_deployment"),
+    ({"vllm_deployed": [{"name": "x", "port": 8000}], "vllm_api_key": "sk-box"}, "with a served model"),
+])
+def test_a_box_publishing_no_deployment_is_refused(facts: dict[str, Any], words: str):
+    errors = plan({"a": facts})["errors"]
+    assert any(words in e and e.startswith("a has") for e in errors), errors
+
+
+def test_a_clusters_worker_is_left_out_with_every_deployment():
+    boxes = {"head": deployed(("big", "m-big", 8000), role="head"),
+             "worker": deployed(("big", "m-big", 8000), role="worker")}
+    result = plan(boxes)
+    assert result["errors"] == [] and [b["host"] for b in result["routes"][0]["backends"]] == ["head"]
+
+
+def test_the_gateways_key_may_not_be_a_deployments_own_key_either():
+    hostvars = {"a": {"vllm_api_key": "sk-box", "vllm_deployments": [{"name": "code", "api_key": "sk-gateway"}]}}
+    (error,) = gateway.input_errors(["a"], hostvars, SETTINGS)
+    assert "boxes' own vllm_api_key (a)" in error
