@@ -1,0 +1,83 @@
+"""Several models on one box, across the fleet: fleet-1 and fleet-2 serve the model twice, as `vllm` and as
+`coder` (another served name, port 8001), fleet-3 once (inventory/deployments.yml). site.yml serves them; the
+gateway routes each served model to the boxes that serve it, each on its own public port, and real requests through
+it reach only those boxes. Dropping `coder` again takes it down, closes its port and its route."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from spark_testinfra import run_playbook
+from test_fleet import BOXES, GATEWAY_CA, GATEWAY_KEY, SITE, box, gateway_client
+
+SCENARIO = Path(__file__).resolve().parents[1]
+MOLECULE_INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+CODER = "qwen3.5-35b-coder"
+TWO = ("fleet-1", "fleet-2")
+
+
+def served(name: str, port: int) -> float:
+    """Requests a deployment has finished (vLLM's vllm:request_success_total)."""
+    metrics = box(name).check_output(f"curl -fsS http://127.0.0.1:{port}/metrics")
+    return sum(float(v) for v in re.findall(r"^vllm:request_success_total\{[^}]*\} (\S+)$", metrics, re.M))
+
+
+def ask(client, model: str, port: int) -> int:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "which box?"}], "max_tokens": 8})
+    return int(client.check_output(
+        f"curl -sS -o /dev/null --max-time 30 --cacert {GATEWAY_CA} -H 'Authorization: Bearer {GATEWAY_KEY}' "
+        f"-H 'Content-Type: application/json' -d '{body}' -w '%{{http_code}}' https://fleet-1:{port}/v1/chat/completions"))
+
+
+def reaches(client, address: str, port: int) -> bool:
+    return client.run(f"curl -sS -o /dev/null --max-time 5 http://{address}:{port}/health").rc == 0
+
+
+@pytest.fixture(scope="module")
+def deployed():
+    result = run_playbook(SITE, inventories=[MOLECULE_INVENTORY, SCENARIO / "inventory" / "deployments.yml"])
+    assert result.returncode == 0, result.stdout[-5000:]
+    yield result.stdout
+    # The last test drops coder itself; after a failure before it, the scenario's own boxes are put back here.
+    if box("fleet-1").run("docker container inspect coder").rc == 0:
+        restored = run_playbook(SITE)
+        assert restored.returncode == 0, restored.stdout[-5000:]
+
+
+def test_two_deployments_on_two_boxes_one_on_the_third(deployed):
+    for name in TWO:
+        assert box(name).check_output("docker inspect -f '{{.State.Running}}' coder") == "true"
+    assert box("fleet-3").run("docker container inspect coder").rc != 0
+    assert "share (weights" in deployed  # the admission's table
+
+
+def test_each_served_model_is_routed_only_to_the_boxes_that_serve_it(deployed):
+    client = gateway_client()
+    before = {(name, port): served(name, port) for name in BOXES for port in (8000, 8001)
+              if name in TWO or port == 8000}
+    assert [ask(client, CODER, 8081) for attempt in range(6)] == [200] * 6
+    assert [ask(client, "qwen3.5-35b", 8080) for attempt in range(6)] == [200] * 6
+    after = {key: served(*key) for key in before}
+    gained = {key: after[key] - before[key] for key in before}
+    # coder: only fleet-1 and fleet-2, round robin; the first model: all three boxes.
+    assert {name: gained[(name, 8001)] for name in TWO} == dict.fromkeys(TWO, 3.0)
+    assert {name: gained[(name, 8000)] for name in BOXES} == dict.fromkeys(BOXES, 2.0)
+
+
+def test_dropping_a_deployment_closes_its_port_and_its_route(deployed):
+    client = gateway_client("fleet-3")
+    assert reaches(client, "fleet-1", 8001)
+    restored = run_playbook(SITE)
+    assert restored.returncode == 0, restored.stdout[-5000:]
+    for name in TWO:
+        assert box(name).run("docker container inspect coder").rc != 0
+        assert not box(name).file("/var/lib/sparkfleet/vllm-coder").exists
+        assert "8001" not in box(name).check_output("ufw status")
+    # Real TCP from another box: nothing answers on the dropped deployment's port.
+    assert not reaches(client, "fleet-1", 8001)
+    assert ask(gateway_client(), "qwen3.5-35b", 8080) == 200
+    assert box("fleet-1").run("curl -s -o /dev/null --max-time 5 https://127.0.0.1:8081/ -k").rc != 0
