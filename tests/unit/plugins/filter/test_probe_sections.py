@@ -26,7 +26,7 @@ PROBES = [
     # tasks_from: clocks (the GPU clock caps unit and its journal).
     "roles/nvidia_runtime/vars/main.yml",
     "playbooks/status.yml",
-    "roles/vllm/tasks/install.yml",
+    "roles/vllm/tasks/install-one.yml",
 ]
 
 
