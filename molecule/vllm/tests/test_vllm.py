@@ -432,8 +432,8 @@ CHAT2 = {"name": "chat2", "port": 8001, "recipe": "qwen3.6-35b-a3b-nvfp4", "gpu_
 
 def serve_deployments(tmp_path: Path, deployments: list[dict], check: bool = False) -> tuple:
     record = tmp_path / f"deployed-{len(list(tmp_path.iterdir()))}.json"
-    result = run_playbook(SCENARIO / "deployments.yml", {"vllm_deployments": deployments,
-                                                          "deployments_record": str(record)}, check=check)
+    extra = {"vllm_deployments": deployments, "deployments_record": str(record)}
+    result = run_playbook(SCENARIO / "deployments.yml", extra, check=check)
     return result, (json.loads(record.read_text()) if record.exists() else None)
 
 
