@@ -47,21 +47,6 @@ def deployments(host: str, facts: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return found
 
 
-def deployment_key(facts: Mapping[str, Any], name: str) -> str:
-    """The key a deployment checks: its own api_key in vllm_deployments, else the box's vllm_api_key."""
-    for item in facts.get("vllm_deployments") or []:
-        if isinstance(item, Mapping) and item.get("name") == name and item.get("api_key"):
-            return str(item["api_key"])
-    return str(facts.get("vllm_api_key") or "")
-
-
-def box_keys(facts: Mapping[str, Any]) -> set[str]:
-    """Every key the box's deployments check: the box's vllm_api_key and the deployments' own."""
-    own = {str(item.get("api_key")) for item in facts.get("vllm_deployments") or []
-           if isinstance(item, Mapping) and item.get("api_key")}
-    return {str(facts.get("vllm_api_key") or ""), *own}
-
-
 def backends(host: str, hostvars: Mapping[str, Any], addresses: Mapping[str, str]) -> list[dict[str, Any]]:
     """The box's deployments as backends ({host, deployment, model, url, key}), one per deployment
     that serves an API: a cluster's worker serves none (--headless)."""
@@ -74,7 +59,7 @@ def backends(host: str, hostvars: Mapping[str, Any], addresses: Mapping[str, str
             continue
         name = str(deployment.get("name") or deployment.get("container") or "vllm")
         found.append({"host": host, "deployment": name, "model": str(deployment["served_model_name"]),
-                      "url": f"http://{host_part}:{deployment['port']}", "key": deployment_key(facts, name)})
+                      "url": f"http://{host_part}:{deployment['port']}", "key": str(facts.get("vllm_api_key") or "")})
     return found
 
 
@@ -101,7 +86,7 @@ def input_errors(hosts: Sequence[str], hostvars: Mapping[str, Any], settings: Ma
         errors.append(
             "gateway_api_key is empty or holds characters a Bearer token may not (RFC 6750: letters, digits and "
             "-._~+/, then =): clients must present it. Set one (from Ansible Vault) made of those characters.")
-    same = [h for h in hosts if h in hostvars and key in box_keys(hostvars[h])]
+    same = [h for h in hosts if h in hostvars and str(hostvars[h].get("vllm_api_key") or "") == key]
     if key and same:
         errors.append(
             f"gateway_api_key is the boxes' own vllm_api_key ({', '.join(same)}): clients would hold the key that "

@@ -148,12 +148,11 @@ def test_vllm_deployed_wins_over_vllm_deployment():
     assert [r["model"] for r in result["routes"]] == ["m-one", "m-two"]
 
 
-def test_a_deployments_own_key_and_keys_differing_within_a_model():
-    boxes = {"a": {**deployed(("chat", "m-chat", 8000), ("code", "m-code", 8001)),
-                   "vllm_deployments": [{"name": "code", "port": 8001, "api_key": "sk-code"}]},
-             "b": deployed(("code", "m-code", 8001))}
+def test_the_boxes_of_a_model_with_different_keys_are_refused():
+    # The API key is the box's (vllm_api_key): a deployment of the vllm role cannot set its own.
+    boxes = {"a": deployed(("chat", "m-chat", 8000), ("code", "m-code", 8001)),
+             "b": {**deployed(("code", "m-code", 8001)), "vllm_api_key": "sk-other"}}
     result = plan(boxes, model_ports={"m-chat": 9001, "m-code": 9002})
-    assert result["api_keys"] == {"m-chat": "sk-box", "m-code": "sk-code"}
     (error,) = result["errors"]
     assert "m-code (a/code, b/code)" in error and "different vllm_api_key" in error
 
@@ -172,9 +171,3 @@ def test_a_clusters_worker_is_left_out_with_every_deployment():
              "worker": deployed(("big", "m-big", 8000), role="worker")}
     result = plan(boxes)
     assert result["errors"] == [] and [b["host"] for b in result["routes"][0]["backends"]] == ["head"]
-
-
-def test_the_gateways_key_may_not_be_a_deployments_own_key_either():
-    hostvars = {"a": {"vllm_api_key": "sk-box", "vllm_deployments": [{"name": "code", "api_key": "sk-gateway"}]}}
-    (error,) = gateway.input_errors(["a"], hostvars, SETTINGS)
-    assert "boxes' own vllm_api_key (a)" in error
