@@ -55,6 +55,17 @@ def test_two_deployments_on_two_boxes_one_on_the_third(deployed):
     assert "share (weights" in deployed  # the admission's table
 
 
+def test_the_status_has_a_row_per_deployment(deployed, tmp_path):
+    report = tmp_path / "status.json"
+    status = run_playbook(SITE.parent / "playbooks" / "status.yml", {"status_json_path": str(report)})
+    assert status.returncode == 0, status.stdout[-4000:]
+    rows = json.loads(report.read_text(encoding="utf-8"))["hosts"]
+    found = sorted((row["host"], row["deployment"], row["port"], row["served_model_name"]) for row in rows)
+    assert found == sorted([(name, "vllm", 8000, "qwen3.5-35b") for name in BOXES]
+                           + [(name, "coder", 8001, CODER) for name in TWO])
+    assert all(row["reachable"] for row in rows)
+
+
 def test_each_served_model_is_routed_only_to_the_boxes_that_serve_it(deployed):
     client = gateway_client()
     before = {(name, port): served(name, port) for name in BOXES for port in (8000, 8001)
