@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from spark_testinfra import run_playbook
-from test_fleet import BOXES, GATEWAY_CA, GATEWAY_KEY, SITE, box, gateway_client
+from test_fleet import BOXES, GATEWAY_CA, GATEWAY_KEY, ROLLOUT, SITE, box, by_host, gateway_client
 
 SCENARIO = Path(__file__).resolve().parents[1]
 MOLECULE_INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+INVENTORIES = [MOLECULE_INVENTORY, SCENARIO / "inventory" / "deployments.yml"]
 CODER = "qwen3.5-35b-coder"
 TWO = ("fleet-1", "fleet-2")
 
@@ -39,7 +40,7 @@ def reaches(client, address: str, port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def deployed():
-    result = run_playbook(SITE, inventories=[MOLECULE_INVENTORY, SCENARIO / "inventory" / "deployments.yml"])
+    result = run_playbook(SITE, inventories=INVENTORIES)
     assert result.returncode == 0, result.stdout[-5000:]
     yield result.stdout
     # The last test drops coder itself; after a failure before it, the scenario's own boxes are put back here.
@@ -77,6 +78,28 @@ def test_each_served_model_is_routed_only_to_the_boxes_that_serve_it(deployed):
     # coder: only fleet-1 and fleet-2, round robin; the first model: all three boxes.
     assert {name: gained[(name, 8001)] for name in TWO} == dict.fromkeys(TWO, 3.0)
     assert {name: gained[(name, 8000)] for name in BOXES} == dict.fromkeys(BOXES, 2.0)
+
+
+def container_id(name: str, container: str) -> str:
+    return box(name).check_output(f"docker inspect -f '{{{{.Id}}}}' {container}")
+
+
+def test_a_rollout_of_one_deployment_restarts_only_its_containers_canary_first(deployed, tmp_path):
+    before = {(name, container): container_id(name, container) for name in BOXES for container in ("vllm", "coder")
+              if name in TWO or container == "vllm"}
+    summary_file = tmp_path / "summary.json"
+    result = run_playbook(ROLLOUT, {"fleet_coder_max_model_len": 2048, "rollout_summary_file": str(summary_file)},
+                          inventories=INVENTORIES)
+    assert result.returncode == 0, result.stdout[-5000:]
+    after = {key: container_id(*key) for key in before}
+    assert {key for key in before if after[key] != before[key]} == {(name, "coder") for name in TWO}
+    for name in TWO:
+        args = box(name).check_output("docker inspect -f '{{json .Args}}' coder")
+        assert '"--max-model-len","2048"' in args
+    hosts = by_host(json.loads(summary_file.read_text()))
+    assert (hosts["fleet-1"]["state"], hosts["fleet-1"]["batch"]) == ("deployed", 1)
+    assert hosts["fleet-2"]["state"] == "deployed" and hosts["fleet-2"]["batch"] > 1
+    assert hosts["fleet-3"]["state"] == "unchanged"
 
 
 def test_dropping_a_deployment_closes_its_port_and_its_route(deployed):
