@@ -40,6 +40,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -212,10 +213,10 @@ def wait_health(port: int, timeout: float = 300.0) -> None:
     raise SystemExit(f"port {port}: /health did not answer within {timeout:.0f} s after the restart")
 
 
-def throughput(deployed: list[dict], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The first deployment's throughput alone, beside an idle second one, and with both loaded, --rounds times."""
+def throughput(deployed: list[dict], args: argparse.Namespace, rows: list[dict[str, Any]], results: dict) -> None:
+    """The first deployment's throughput alone, beside an idle second one, and with both loaded, --rounds times
+    (added to rows, the figures saved after each round)."""
     first, second = deployed[0], deployed[1]
-    rows = []
     for index in range(1, args.rounds + 1):
         # Stopped, not paused: `alone` is the box with one engine, as before the second deployment was added.
         in_box("docker", "stop", second["container"])
@@ -226,7 +227,7 @@ def throughput(deployed: list[dict], args: argparse.Namespace) -> list[dict[str,
         rows.append(bench([first, second], args, f"both-loaded-{index}"))
         for row in rows[-3:]:
             log(f"{row['case']}: {row['per_deployment']} (CPU busy {row['cpu_busy_pct']} %, load {row['load']})")
-    return rows
+        save(args.json, results)
 
 
 def median_case(rows: list[dict[str, Any]], case: str, name: str, key: str) -> float | None:
@@ -260,6 +261,17 @@ def report(results: dict[str, Any], deployed: list[dict]) -> None:
     print(f"   {STANDIN_NOTE}")
 
 
+def save(path: Path | None, results: dict[str, Any]) -> None:
+    """The figures so far (after each step: a run cut short keeps what it measured)."""
+    if path:
+        path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def stop(signum: int, _frame: object) -> None:
+    """SIGTERM as an exception: the box is still removed and the figures so far kept."""
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--runs", type=int, default=2, help="no-op re-runs (each reported)")
@@ -286,6 +298,7 @@ def main() -> int:
                                "deployments": DEPLOYMENTS, "note": STANDIN_NOTE,
                                "workload": f"random {args.input_len}/{args.output_len}, {args.num_prompts} prompts, "
                                            f"concurrency {args.max_concurrency}"}
+    signal.signal(signal.SIGTERM, stop)
     try:
         image = build_images()
         log(f"box {BOX} of {image}")
@@ -298,19 +311,21 @@ def main() -> int:
         wall, _cpu, changed, deployed = serve(runner, inventory, work, "deployments-serve")
         results["from_scratch"] = from_scratch(deployed, wall) | {"changed": changed}
         log(f"from scratch: {results['from_scratch']}")
+        save(args.json, results)
         results["noop"] = []
         for index in range(1, args.runs + 1):
             wall, cpu, changed, _again = serve(runner, inventory, work, f"deployments-noop-{index}")
             results["noop"].append({"wall_s": round(wall, 1), "controller_cpu_s": round(cpu, 1), "changed": changed,
                                     "load": round(os.getloadavg()[0], 1)})
             log(f"no-op {index}: {results['noop'][-1]}")
-        results["throughput"] = throughput(deployed, args)
+            save(args.json, results)
+        results["throughput"] = []
+        throughput(deployed, args, results["throughput"], results)
     finally:
         if not args.keep:
             remove_box()
+        save(args.json, results)
     report(results, deployed)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0 if all(row["changed"] == 0 for row in results["noop"]) else 1
 
 
