@@ -58,7 +58,9 @@ def test_two_deployments_on_two_boxes_one_on_the_third(deployed):
 
 def test_the_status_has_a_row_per_deployment(deployed, tmp_path):
     report = tmp_path / "status.json"
-    status = run_playbook(SITE.parent / "playbooks" / "status.yml", {"status_json_path": str(report)})
+    # The status reads each box's deployments from the inventory (the vllm role's facts entry point).
+    status = run_playbook(SITE.parent / "playbooks" / "status.yml", {"status_json_path": str(report)},
+                          inventories=INVENTORIES)
     assert status.returncode == 0, status.stdout[-4000:]
     rows = json.loads(report.read_text(encoding="utf-8"))["hosts"]
     found = sorted((row["host"], row["deployment"], row["port"], row["served_model_name"]) for row in rows)
