@@ -187,10 +187,36 @@ def host_entry(host: str, outcome: dict[str, Any]) -> dict[str, Any]:
         "failed_task": failure.get("task"),
         "rollback_error": outcome.get("rollback_error"),
         "found_mid_rollout": found_mid_rollout(outcome),
+        "deployments": deployment_entries(outcome) if state == "deployed" else [],
     }
+    if len(entry["deployments"]) > 1:
+        # A box that serves several deployments: what each runs and what changed on it (the first's alone
+        # would hide a change to another).
+        entry["changes"] = [f"{d['name']}: {change}" for d in entry["deployments"] for change in d["changes"]]
+        entry["image_changed"] = False
     why = f"{'; '.join(map(str, entry['why']))} (in task: {entry['failed_task']})" if entry["why"] else ""
     entry["line"] = describe(host, entry, before, why, entry["rollback_error"])
     return entry
+
+
+def deployment_entries(outcome: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each deployment of a box, by name, from the known-good records before and after the run
+    (`before_all`, `after_all`: the vllm role's `vllm_deployed`): what it runs and what changed."""
+    before_all = outcome.get("before_all") or {}
+    after_all = outcome.get("after_all") or {}
+    entries = []
+    for name in dict.fromkeys([*after_all, *before_all]):
+        before, after = before_all.get(name) or {}, after_all.get(name) or {}
+        changes = argv_changes(before.get("argv") or [], after.get("argv") or []) + env_changes(before, after) \
+            if before and after else []
+        if before and after and before.get("image_id") != after.get("image_id"):
+            changes.append(f"image was {runs(before)}")
+        if not before:
+            changes.append("new")
+        if not after:
+            changes.append("removed")
+        entries.append({"name": name, "runs": after or before, "changes": changes})
+    return entries
 
 
 def describe(title: str, entry: dict[str, Any], before: dict[str, Any], why: str, rollback_error: str) -> str:
@@ -200,7 +226,11 @@ def describe(title: str, entry: dict[str, Any], before: dict[str, Any], why: str
         line += f" (batch {entry['batch']})"
     if entry.get("found_mid_rollout"):
         line += f"; {MID_ROLLOUT}"
-    line += f"; runs {runs(entry['runs'])}"
+    deployments = entry.get("deployments") or []
+    if len(deployments) > 1:
+        line += "; runs " + ", ".join(f"{d['name']}: {runs(d['runs'])}" for d in deployments)
+    else:
+        line += f"; runs {runs(entry['runs'])}"
     if entry["changes"]:
         line += "; changed: " + ", ".join(entry["changes"])
     if entry["image_changed"]:

@@ -115,7 +115,8 @@ def _clashes(items: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def resolve(deployments: Any, base: Mapping[str, Any]) -> dict[str, Any]:
     """vllm_deployments and the role's own names (container_name, port, state_dir, known_good_repository,
-    master_port, model_state_dir) -> {"deployments": [...], "errors": [...]}: each deployment with name, port,
+    master_port, model_state_dir; optionally cluster, sparkfleet.serving.cluster_of's answer for the box)
+    -> {"deployments": [...], "errors": [...]}: each deployment with name, port,
     priority, state_dir, known_good_repository, master_port, model_state_dir and settings (the options it
     sets, without the vllm_ prefix)."""
     if deployments in (None, "", []):
@@ -128,7 +129,20 @@ def resolve(deployments: Any, base: Mapping[str, Any]) -> dict[str, Any]:
             items.append(_item(index, raw, len(deployments), base))
         except ValueError as exc:
             errors.append(str(exc))
-    return {"deployments": items, "errors": errors + (_clashes(items) if not errors else [])}
+    return {"deployments": items, "errors": errors + (_clashes(items) if not errors else []) + _in_cluster(items, base)}
+
+
+def _in_cluster(items: Sequence[Mapping[str, Any]], base: Mapping[str, Any]) -> list[str]:
+    """A cluster's members serve one model together, and the cluster's plan (ranks, master port, guard units) is made
+    for the box's one container: a member that lists several deployments is refused rather than half planned."""
+    cluster = base.get("cluster") or {}
+    if not cluster or len(items) <= 1:
+        return []
+    return [f"the box is a member of the cluster {cluster.get('name', '?')} "
+            f"({', '.join(map(str, cluster.get('members') or []))}) and lists {len(items)} deployments "
+            f"({', '.join(item['name'] for item in items)}); a cluster member serves one model, its cluster's. List "
+            "one deployment on the cluster's members, or take the box out of the cluster's group to serve several "
+            "models on it"]
 
 
 def dropped(recorded: Any, wanted: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

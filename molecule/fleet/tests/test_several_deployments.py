@@ -69,6 +69,22 @@ def test_the_status_has_a_row_per_deployment(deployed, tmp_path):
     assert all(row["reachable"] for row in rows)
 
 
+def test_the_benchmark_has_a_row_per_deployment(deployed, tmp_path):
+    report = tmp_path / "benchmark.json"
+    bench = run_playbook(SITE.parent / "playbooks" / "benchmark.yml",
+                         {"benchmark_json_path": str(report), "benchmark_num_prompts": 4,
+                          "benchmark_max_concurrency": 2, "benchmark_input_len": 32, "benchmark_output_len": 8},
+                         inventories=INVENTORIES)
+    assert bench.returncode == 0, bench.stdout[-4000:]
+    document = json.loads(report.read_text(encoding="utf-8"))
+    rows = sorted((row["host"], row["deployment"], row["completed"], row["failed"]) for row in document["hosts"])
+    assert rows == sorted([(name, "vllm", 4, 0) for name in BOXES] + [(name, "coder", 4, 0) for name in TWO])
+    # Each result under its box and, where a box serves several, its deployment.
+    assert sorted(document["results"]) == sorted([f"{name}/{d}" for name in TWO for d in ("vllm", "coder")]
+                                                 + ["fleet-3"])
+    assert document["fleet"]["completed"] == 20
+
+
 def test_each_served_model_is_routed_only_to_the_boxes_that_serve_it(deployed):
     client = gateway_client()
     before = {(name, port): served(name, port) for name in BOXES for port in (8000, 8001)
@@ -102,6 +118,10 @@ def test_a_rollout_of_one_deployment_restarts_only_its_containers_canary_first(d
     assert (hosts["fleet-1"]["state"], hosts["fleet-1"]["batch"]) == ("deployed", 1)
     assert hosts["fleet-2"]["state"] == "deployed" and hosts["fleet-2"]["batch"] > 1
     assert hosts["fleet-3"]["state"] == "unchanged"
+    # The summary names the deployment that changed, not the box's first.
+    for name in TWO:
+        changes = hosts[name]["changes"]
+        assert len(changes) == 1 and changes[0].startswith("coder: --max-model-len ") and changes[0].endswith("-> 2048")
 
 
 def test_dropping_a_deployment_closes_its_port_and_its_route(deployed):

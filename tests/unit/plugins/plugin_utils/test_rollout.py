@@ -179,3 +179,32 @@ def test_a_box_running_what_never_passed_its_gate_is_found_mid_rollout():
     assert summary["found_mid_rollout"] == ["a"]
     assert "found mid-rollout" in summary["lines"][0]
     assert all("mid-rollout" not in line for line in summary["lines"][1:])
+
+
+def test_a_box_with_several_deployments_names_each_and_what_changed_on_it():
+    coder_old = {**record(OLD), "served_model_name": "coder"}
+    coder_new = {**record(NEW), "served_model_name": "coder"}
+    outcome = {"state": "deployed", "batch": 1, "before": record(OLD), "after": record(OLD),
+               "before_all": {"vllm": record(OLD), "coder": coder_old},
+               "after_all": {"vllm": record(OLD), "coder": coder_new}}
+    entry = summarize({"fleet-1": outcome}, ["fleet-1"])["hosts"][0]
+    assert [d["name"] for d in entry["deployments"]] == ["vllm", "coder"]
+    assert entry["deployments"][0]["changes"] == []
+    assert entry["changes"] == ["coder: --gpu-memory-utilization 0.75 -> 0.8", "coder: --max-num-seqs 8 (new)",
+                                "coder: --enforce-eager removed (was (flag))"]
+    assert "vllm: vllm/vllm-openai:v0.19.1-cu130" in entry["line"] and "as coder" in entry["line"]
+    assert "changed: coder: --gpu-memory-utilization 0.75 -> 0.8" in entry["line"]
+
+
+def test_a_deployment_added_to_a_box_is_named_new():
+    outcome = {"state": "deployed", "before": record(OLD), "after": record(OLD),
+               "before_all": {"vllm": record(OLD)}, "after_all": {"vllm": record(OLD), "coder": record(NEW)}}
+    entry = summarize({"b": outcome}, ["b"])["hosts"][0]
+    assert entry["changes"] == ["coder: new"]
+
+
+def test_one_deployment_keeps_the_single_line():
+    outcome = {"state": "deployed", "before": record(OLD), "after": record(NEW),
+               "before_all": {"vllm": record(OLD)}, "after_all": {"vllm": record(NEW)}}
+    line = summarize({"b": outcome}, ["b"])["lines"][0]
+    assert line == summarize({"b": {k: v for k, v in outcome.items() if not k.endswith("_all")}}, ["b"])["lines"][0]

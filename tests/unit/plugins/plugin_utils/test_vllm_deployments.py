@@ -73,6 +73,18 @@ def test_every_mistake_is_listed_at_once() -> None:
     assert len(errors) == 3
 
 
+def test_a_cluster_member_serves_one_deployment() -> None:
+    cluster = {"name": "pair1", "members": ["a", "b"], "head": "a", "rank": 0, "role": "head", "size": 2}
+    two = [{"name": "chat", "port": 8000}, {"name": "coder", "port": 8001}]
+    errors = planner.resolve(two, {**BASE, "cluster": cluster})["errors"]
+    assert errors == [
+        "the box is a member of the cluster pair1 (a, b) and lists 2 deployments (chat, coder); a cluster member "
+        "serves one model, its cluster's. List one deployment on the cluster's members, or take the box out of the "
+        "cluster's group to serve several models on it"]
+    assert planner.resolve(two[:1], {**BASE, "cluster": cluster})["errors"] == []
+    assert planner.resolve(two, {**BASE, "cluster": {}})["errors"] == []
+
+
 def test_a_deployment_dropped_from_the_list_is_found_in_the_record() -> None:
     recorded = {"deployments": [{"name": "chat", "model_dir": "/srv/models/a"},
                                 {"name": "coder", "model_dir": "/srv/models/b"}]}
