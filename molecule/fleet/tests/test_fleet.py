@@ -89,11 +89,11 @@ def routed() -> list[str]:
 
 
 @contextmanager
-def gateway_load(clients: int = 4) -> Iterator[dict]:
-    """Clients on fleet-2 sending chat completions back to back through the gateway while the
+def gateway_load(clients: int = 4, on: str = "fleet-2") -> Iterator[dict]:
+    """Clients on a box (fleet-2 unless told) sending chat completions back to back through the gateway while the
     block runs (../../resources/testinfra/gateway_load.py); the dict yielded gets their counts
     and every failure once they have stopped."""
-    client = gateway_client()
+    client = gateway_client(on)
     client.check_output(f"cat > /root/gateway_load.py <<'EOF'\n{LOAD.read_text()}\nEOF")
     client.check_output("rm -f /root/load.stop /root/load.json && setsid nohup python3 /root/gateway_load.py "
                         f"{GATEWAY} {GATEWAY_KEY} {GATEWAY_CA} qwen3.5-35b /root/load.stop /root/load.json {clients} "

@@ -1,0 +1,186 @@
+"""Rolling maintenance (playbooks/maintain.yml) of fleet-2 and fleet-3, behind the gateway on fleet-1, with clients
+sending requests through the gateway all along. fleet-1 (the gateway, the cache and Prometheus) is left out
+(--limit): rebooting the endpoint's own box would cut every client.
+
+Each box's mirror is a stand-in apt repository on the box (tests/testbed/standins/bin/simspark-driver-repo: real
+packages, a real signed apt repository over HTTP, in the noble-security pocket) offering stand-in kernel and NVIDIA
+driver packages; their postinst scripts ask for a reboot as Ubuntu's do, and the box's reboot is real (systemd ends
+the container, Docker starts it again: molecule/resources/create.yml). What the next boot loads is staged by the
+packages (simspark-boot-driver), so the driver a box runs changes only with its reboot.
+
+1. A kernel after which the NVIDIA module does not load (DGX OS 7.4.0's story): the driver policy cannot foresee it.
+   fleet-2, the canary, is updated and rebooted, its vLLM cannot start (the container runtime's hook: "nvml error:
+   driver not loaded"), so it fails its gate and stays out of the gateway; the run stops before fleet-3's batch.
+2. A fixed kernel and a newer driver: the run is killed while fleet-2 is in its maintenance, then run again; the
+   second run finishes fleet-2 from the phase it had reached, then fleet-3. Both boxes run the new driver, serve,
+   are back in the gateway; no request through the gateway failed during the two runs; the evidence before and
+   after is on the controller.
+3. --check afterwards plans every box, finds nothing to do and changes nothing.
+
+Runs after test_registry_cache.py and before test_several_deployments.py (sorted order), on boxes that serve.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from spark_testinfra import PROJECT, eventually, run_playbook
+from test_fleet import box, gateway_load, routed, serves
+
+MAINTAIN = PROJECT / "playbooks" / "maintain.yml"
+TWO = ("fleet-2", "fleet-3")
+LIMIT = ",".join(TWO)
+RECORD = "/var/lib/sparkfleet/maintenance.json"
+PORT, SUITE = 8766, "noble-security"
+KERNEL = "linux-image-nvidia-hwe-24.04"
+DRIVER = "nvidia-driver-580-open"
+NEW_DRIVER = "580.159.03"
+
+
+def offer(*packages: str) -> None:
+    """Each box's mirror offers these packages now (and only its stand-in repository is a source)."""
+    for name in TWO:
+        host = box(name)
+        # The image's Debian source is left aside for the tests: the plan is then exactly what the stand-in offers.
+        host.check_output("[ ! -f /etc/apt/sources.list ] || mv /etc/apt/sources.list /etc/apt/sources.list.sim-off")
+        host.check_output(f"simspark-driver-repo {PORT} {SUITE} {' '.join(packages)}")
+
+
+def maintenance_record(name: str) -> dict:
+    done = box(name).run(f"cat {RECORD}")
+    return json.loads(done.stdout) if done.rc == 0 else {}
+
+
+def driver(name: str) -> str:
+    return box(name).check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader || true").strip()
+
+
+def maintain_command(summary: Path, evidence: Path) -> list[str]:
+    env_inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+    return ["ansible-playbook", "--inventory", str(env_inventory), "--limit", LIMIT, "--extra-vars",
+            json.dumps({"maintain_summary_file": str(summary), "maintenance_evidence_dir": str(evidence)}),
+            str(MAINTAIN)]
+
+
+def run_maintain(summary: Path, evidence: Path):
+    return run_playbook(MAINTAIN, {"maintain_summary_file": str(summary), "maintenance_evidence_dir": str(evidence)},
+                        limit=LIMIT)
+
+
+def by_host(summary: Path) -> dict[str, dict]:
+    return {entry["host"]: entry for entry in json.loads(summary.read_text())["hosts"]}
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    work = tmp_path_factory.mktemp("maintenance-broken")
+    offer(f"{KERNEL}=6.17.0-1008.8~24.04.1:broken")
+    before = {name: box(name).check_output(f"dpkg-query -W -f '${{Version}}' {KERNEL}") for name in TWO}
+    with gateway_load(on="fleet-1") as load:
+        done = run_maintain(work / "summary.json", work / "evidence")
+    return done, by_host(work / "summary.json"), before, load
+
+
+def test_the_canary_that_fails_its_gate_stays_out_and_the_next_batch_never_starts(broken):
+    done, hosts, before, load = broken
+    assert done.returncode != 0
+    assert "The maintenance stopped" in done.stdout + done.stderr
+    assert (hosts["fleet-2"]["state"], hosts["fleet-2"]["batch"]) == ("failed", 1)
+    assert hosts["fleet-2"]["rebooted"] is True
+    assert hosts["fleet-2"]["failure"]["task"]
+    assert "driver not loaded" in done.stdout + done.stderr
+    assert hosts["fleet-3"]["state"] == "planned"
+    # fleet-3 was never touched: its kernel package and its record are as they were.
+    assert box("fleet-3").check_output(f"dpkg-query -W -f '${{Version}}' {KERNEL}") == before["fleet-3"]
+    assert maintenance_record("fleet-3") == {}
+    record = maintenance_record("fleet-2")
+    assert record["state"] == "failed" and [h["state"] for h in record["history"]][:5] == [
+        "begun", "drained", "stopped", "updated", "rebooted"]
+    # Out of the gateway's rotation; the endpoint kept answering from the others.
+    assert "http://fleet-2:8000" not in routed()
+    assert load["failed"] == [] and load["ok"] > 0, load["failed"][:5]
+
+
+@pytest.fixture(scope="module")
+def repaired(broken, tmp_path_factory):
+    work = tmp_path_factory.mktemp("maintenance-repaired")
+    offer(f"{KERNEL}=6.17.0-1009.9~24.04.1:ok", f"{DRIVER}={NEW_DRIVER}-0ubuntu0.24.04.1")
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_COLLECTIONS_PATH": str(PROJECT / ".ansible" / "collections")}
+    started = time.monotonic()
+    with gateway_load(on="fleet-1") as load:
+        # The controller dies (its whole process group, SIGKILL: no rescue, no summary) once fleet-2 recorded that
+        # it is updated: its reboot and start are left to the next run.
+        with (work / "killed.log").open("w") as log:
+            killed = subprocess.Popen(maintain_command(work / "killed.json", work / "evidence"), env=env, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            assert eventually(lambda: maintenance_record("fleet-2").get("state") == "updated"
+                              or killed.poll() is not None, 600, interval=0.3)
+        finally:
+            os.killpg(killed.pid, signal.SIGKILL)
+            killed.wait()
+        reached = maintenance_record("fleet-2").get("state")
+        done = run_maintain(work / "summary.json", work / "evidence")
+    return done, by_host(work / "summary.json"), reached, load, work, time.monotonic() - started
+
+
+def test_the_killed_run_is_finished_by_the_next_and_both_boxes_are_back(repaired):
+    done, hosts, reached, _load, _work, taken = repaired
+    assert reached == "updated"
+    assert done.returncode == 0, done.stdout[-5000:]
+    assert [(hosts[name]["state"], hosts[name]["batch"]) for name in TWO] == [("done", 1), ("done", 2)]
+    for name in TWO:
+        assert driver(name) == NEW_DRIVER
+        assert serves(name)
+        assert f"http://{name}:8000" in routed()
+        record = maintenance_record(name)
+        assert record["state"] == "done" and record["rebooted"] is True
+        assert f"driver 580.142 -> {NEW_DRIVER}" in record["changes"]
+    # fleet-2 went on from the phase the killed run had recorded: it was not drained, stopped or updated again.
+    states = [h["state"] for h in maintenance_record("fleet-2")["history"]]
+    last_update = len(states) - 1 - states[::-1].index("updated")
+    assert states[last_update:] == ["updated", "rebooted", "serving", "restored", "done"]
+    print(f"maintenance of two boxes, killed once and run again: {taken:.0f} s; per box: "
+          + ", ".join(f"{name} {hosts[name]['took_s']:.0f} s "
+                      f"(out of the gateway {hosts[name]['out_of_service_s']:.0f} s)" for name in TWO))
+
+
+def test_no_request_through_the_gateway_failed(repaired):
+    load = repaired[3]
+    assert load["failed"] == [] and load["ok"] > 0, load["failed"][:5]
+
+
+def test_the_evidence_before_and_after_is_on_the_controller(repaired):
+    evidence = repaired[4] / "evidence"
+    for name in TWO:
+        before = json.loads((evidence / f"{name}-before.json").read_text())
+        after = json.loads((evidence / f"{name}-after.json").read_text())
+        assert after["driver"]["version"] == NEW_DRIVER and after["driver"]["loaded"] is True
+        assert after["packages"][DRIVER] == f"{NEW_DRIVER}-0ubuntu0.24.04.1"
+        assert before["packages"][DRIVER] != after["packages"][DRIVER]
+
+
+def test_check_mode_plans_every_box_and_changes_nothing(repaired, tmp_path):
+    records = {name: maintenance_record(name) for name in TWO}
+    done = run_playbook(MAINTAIN, {"maintain_summary_file": str(tmp_path / "s.json"),
+                                   "maintenance_evidence_dir": str(tmp_path / "e")}, limit=LIMIT, check=True)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "no package to install (security)" in done.stdout
+    assert {name: maintenance_record(name) for name in TWO} == records
+    assert all(entry["state"] == "unchanged" for entry in by_host(tmp_path / "s.json").values())
+
+
+def teardown_module() -> None:
+    """Later tests find each box with its own apt sources and serving."""
+    for name in TWO:
+        box(name).run("[ ! -f /etc/apt/sources.list.sim-off ] "
+                      "|| mv /etc/apt/sources.list.sim-off /etc/apt/sources.list")
+        box(name).run("rm -f /etc/apt/sources.list.d/simspark-driver.list")
+    assert all(eventually(lambda n=name: serves(n), 120) for name in TWO)
