@@ -81,7 +81,8 @@ def test_the_packages_have_the_real_names_and_their_postinst_asks_for_a_reboot(t
                     "linux-image-nvidia-hwe-24.04=6.17.0-1008.8~24.04.1:broken", "plain-package=1.0"], check=True,
                    capture_output=True)
     debs = sorted(p.name for p in out.glob("*.deb"))
-    assert [d.split("_")[0] for d in debs] == ["linux-image-nvidia-hwe-24.04", "nvidia-driver-580-open", "plain-package"]
+    assert [d.split("_")[0] for d in debs] == ["linux-image-nvidia-hwe-24.04", "nvidia-driver-580-open",
+                                               "plain-package"]
     driver = next(out.glob("nvidia-driver-580-open_*.deb"))
     info = subprocess.run(["dpkg-deb", "--info", str(driver)], check=True, capture_output=True,
                           text=True).stdout
