@@ -78,7 +78,8 @@ def box_entry(host: str, outcome: Mapping[str, Any]) -> dict[str, Any]:
         "planned": [f"{u.get('package')} {u.get('from') or ''} -> {u.get('to') or ''}".replace("  ", " ")
                     for u in (outcome.get("planned") or [])],
         "rebooted": bool(record.get("rebooted")),
-        "took_s": seconds_between(record.get("started_at"), record.get("finished_at")),
+        # This attempt's (the history's last of each phase: a box that failed before began again).
+        "took_s": seconds_between(history.get("begun"), history.get("done")),
         "out_of_service_s": seconds_between(history.get("drained") or history.get("begun"), history.get("restored")),
         "failure": outcome.get("failure") or record.get("failure") or {},
     }

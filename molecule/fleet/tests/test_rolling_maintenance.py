@@ -11,10 +11,11 @@ packages (simspark-boot-driver), so the driver a box runs changes only with its 
 1. A kernel after which the NVIDIA module does not load (DGX OS 7.4.0's story): the driver policy cannot foresee it.
    fleet-2, the canary, is updated and rebooted, its vLLM cannot start (the container runtime's hook: "nvml error:
    driver not loaded"), so it fails its gate and stays out of the gateway; the run stops before fleet-3's batch.
-2. A fixed kernel and a newer driver: the run is killed while fleet-2 is in its maintenance, then run again; the
-   second run finishes fleet-2 from the phase it had reached, then fleet-3. Both boxes run the new driver, serve,
-   are back in the gateway; no request through the gateway failed during the two runs; the evidence before and
-   after is on the controller.
+2. A fixed kernel and a newer driver: fleet-2's owner installs the kernel and reboots (the check play refuses a box
+   without a driver, so the maintenance leaves it to its owner); the run is killed while fleet-2 is in its
+   maintenance, then run again; the second run finishes fleet-2 from the phase it had reached, then fleet-3. Both
+   boxes run the new driver, serve, are back in the gateway; no request through the gateway failed during the two
+   runs; the evidence before and after is on the controller.
 3. --check afterwards plans every box, finds nothing to do and changes nothing.
 
 Runs after test_registry_cache.py and before test_several_deployments.py (sorted order), on boxes that serve.
@@ -107,10 +108,28 @@ def test_the_canary_that_fails_its_gate_stays_out_and_the_next_batch_never_start
     assert load["failed"] == [] and load["ok"] > 0, load["failed"][:5]
 
 
+def booted(name: str) -> bool:
+    state = box(name).run("systemctl is-system-running").stdout.strip()
+    return state in ("running", "degraded") and box(name).run("systemctl is-active docker.service").rc == 0
+
+
+def owner_repairs(name: str) -> None:
+    """What the owner of a box whose update broke its GPU does: install the fixed kernel and reboot. The check play
+    refuses a box without a driver (preflight): maintain.yml does not touch it until it has one again."""
+    host = box(name)
+    host.check_output(f"apt-get update -qq && apt-get install -y -qq --only-upgrade {KERNEL} >/dev/null")
+    boot = host.check_output("awk '{print $22}' /proc/1/stat")
+    host.run("systemctl reboot")
+    assert eventually(lambda: host.run("awk '{print $22}' /proc/1/stat").stdout.strip() not in ("", boot)
+                      and booted(name), 180)
+    assert driver(name) == "580.142"
+
+
 @pytest.fixture(scope="module")
 def repaired(broken, tmp_path_factory):
     work = tmp_path_factory.mktemp("maintenance-repaired")
     offer(f"{KERNEL}=6.17.0-1009.9~24.04.1:ok", f"{DRIVER}={NEW_DRIVER}-0ubuntu0.24.04.1")
+    owner_repairs("fleet-2")
     env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_COLLECTIONS_PATH": str(PROJECT / ".ansible" / "collections")}
     started = time.monotonic()
