@@ -205,18 +205,20 @@ def simulate(module: AnsibleModule, mode: str) -> tuple[list[dict], list[dict], 
 
 
 def firmware(module: AnsibleModule) -> tuple[list[dict] | None, list[dict], str]:
-    """(devices, updates offered, error) from fwupdmgr; fwupdmgr exits 2 when there is nothing to do."""
+    """(devices, updates offered, error) from fwupdmgr (fwupd 1.9, src/fu-util.c): its metadata refreshed first,
+    as apt's index is; exit code 2 is "nothing to do" (no device, metadata already fresh), not a failure."""
     fwupdmgr = module.get_bin_path("fwupdmgr")
     if not fwupdmgr:
         return None, [], "fwupdmgr not found: the box has no fwupd to report or update firmware with"
-    devices, error = run(module, [fwupdmgr, "get-devices", "--json"])
-    if devices is None:
-        return None, [], error
-    rc, out, err = module.run_command([fwupdmgr, "get-updates", "--json"], environ_update=APT_ENV)
-    if rc not in (0, 2):
-        why = (err or out).strip()
-        return parse_fwupd(devices), [], f"`fwupdmgr get-updates --json` failed (exit code {rc}): {why}"
-    return parse_fwupd(devices), [d for d in parse_fwupd(out) if d["releases"]] if rc == 0 else [], ""
+    answers = []
+    for argv in (["refresh", "--force"], ["get-devices", "--json"], ["get-updates", "--json"]):
+        rc, out, err = module.run_command([fwupdmgr, *argv], environ_update=APT_ENV)
+        if rc not in (0, 2):
+            why = (err or out).strip()
+            return None, [], f"`fwupdmgr {' '.join(argv)}` failed (exit code {rc}): {why}"
+        answers.append(out if rc == 0 else "")
+    # get-updates --json lists only the devices with an update (an empty list when there is none).
+    return parse_fwupd(answers[1]), [d for d in parse_fwupd(answers[2]) if d["releases"]], ""
 
 
 def images(module: AnsibleModule, refs: list[str]) -> list[dict]:
