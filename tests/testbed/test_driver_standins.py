@@ -95,3 +95,21 @@ def test_the_packages_have_the_real_names_and_their_postinst_asks_for_a_reboot(t
     plain = next(out.glob("plain-package_*.deb"))
     assert b"postinst" not in subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(plain)], check=True,
                                              capture_output=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed")
+def test_a_transitional_driver_package_depends_on_another_branch_and_stages_nothing(tmp_path):
+    out = tmp_path / "debs"
+    subprocess.run(["sh", str(BUILD), str(out),
+                    "nvidia-driver-580-open=580.200.01-0ubuntu0.24.04.1:transitional=nvidia-driver-590-open",
+                    "nvidia-driver-590-open=590.48.01-0ubuntu0.24.04.1"], check=True, capture_output=True)
+    transitional = next(out.glob("nvidia-driver-580-open_*.deb"))
+    fields = subprocess.run(["dpkg-deb", "--field", str(transitional), "Version", "Depends"], check=True,
+                            capture_output=True, text=True).stdout
+    assert fields.splitlines() == ["Version: 580.200.01-0ubuntu0.24.04.1", "Depends: nvidia-driver-590-open"]
+    control = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(transitional)], check=True,
+                             capture_output=True).stdout
+    assert b"postinst" not in control
+    target = next(out.glob("nvidia-driver-590-open_*.deb"))
+    assert b"stage driver 590.48.01" in subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(target)], check=True,
+                                                       capture_output=True).stdout

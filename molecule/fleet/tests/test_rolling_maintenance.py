@@ -8,6 +8,9 @@ driver packages; their postinst scripts ask for a reboot as Ubuntu's do, and the
 the container, Docker starts it again: molecule/resources/create.yml). What the next boot loads is staged by the
 packages (simspark-boot-driver), so the driver a box runs changes only with its reboot.
 
+0. An update the driver policy refuses: fleet-3's mirror offers a new nvidia-driver-580-open that is a transitional
+   package pulling in the 590 branch (fleet-2's, a good driver). Phase 1 refuses fleet-3 with the reason; no box is
+   changed, fleet-2 included.
 1. A kernel after which the NVIDIA module does not load (DGX OS 7.4.0's story): the driver policy cannot foresee it.
    fleet-2, the canary, is updated and rebooted, its vLLM cannot start (the container runtime's hook: "nvml error:
    driver not loaded"), so it fails its gate and stays out of the gateway; the run stops before fleet-3's batch.
@@ -15,7 +18,9 @@ packages (simspark-boot-driver), so the driver a box runs changes only with its 
    without a driver, so the maintenance leaves it to its owner); the run is killed while fleet-2 is in its
    maintenance, then run again; the second run finishes fleet-2 from the phase it had reached, then fleet-3. Both
    boxes run the new driver, serve, are back in the gateway; no request through the gateway failed during the two
-   runs; the evidence before and after is on the controller.
+   runs; the evidence before and after is on the controller. fleet-3 also has a firmware update staged by fwupd
+   (the fwupdmgr stand-in: applied by the next boot) and GPU clock caps set (nvidia_runtime_gpu_clock_limits in
+   molecule.yml), which its reboot drops and which are in force again when it is back.
 3. --check afterwards plans every box, finds nothing to do and changes nothing.
 
 Runs after test_registry_cache.py and before test_several_deployments.py (sorted order), on boxes that serve.
@@ -42,11 +47,14 @@ PORT, SUITE = 8766, "noble-security"
 KERNEL = "linux-image-nvidia-hwe-24.04"
 DRIVER = "nvidia-driver-580-open"
 NEW_DRIVER = "580.159.03"
+FIRMWARE = "System Firmware"
+# The stand-in nvidia-smi's driver state (tests/testbed/standins/bin/nvidia-smi): under /run, a tmpfs a reboot empties.
+HELD_CLOCKS = "/run/sparkfleet-sim/gpu-clocks.json"
 
 
-def offer(*packages: str) -> None:
+def offer(*packages: str, boxes: tuple[str, ...] = TWO) -> None:
     """Each box's mirror offers these packages now (and only its stand-in repository is a source)."""
-    for name in TWO:
+    for name in boxes:
         host = box(name)
         # The image's Debian source is left aside for the tests: the plan is then exactly what the stand-in offers.
         host.check_output("[ ! -f /etc/apt/sources.list ] || mv /etc/apt/sources.list /etc/apt/sources.list.sim-off")
@@ -62,16 +70,48 @@ def driver(name: str) -> str:
     return box(name).check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader || true").strip()
 
 
-def maintain_command(summary: Path, evidence: Path) -> list[str]:
+def maintain_vars(summary: Path, evidence: Path, **more) -> dict:
+    return {"maintain_summary_file": str(summary), "maintenance_evidence_dir": str(evidence), **more}
+
+
+def maintain_command(extra_vars: dict) -> list[str]:
     env_inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
     return ["ansible-playbook", "--inventory", str(env_inventory), "--limit", LIMIT, "--extra-vars",
-            json.dumps({"maintain_summary_file": str(summary), "maintenance_evidence_dir": str(evidence)}),
-            str(MAINTAIN)]
+            json.dumps(extra_vars), str(MAINTAIN)]
 
 
-def run_maintain(summary: Path, evidence: Path):
-    return run_playbook(MAINTAIN, {"maintain_summary_file": str(summary), "maintenance_evidence_dir": str(evidence)},
-                        limit=LIMIT)
+def run_maintain(summary: Path, evidence: Path, **more):
+    return run_playbook(MAINTAIN, maintain_vars(summary, evidence, **more), limit=LIMIT)
+
+
+def packages(name: str) -> str:
+    return box(name).check_output("dpkg-query -W -f '${Package} ${Version}\\n' 'nvidia-*' 'linux-image-*'")
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    work = tmp_path_factory.mktemp("maintenance-refused")
+    offer(f"{DRIVER}={NEW_DRIVER}-0ubuntu0.24.04.1", boxes=("fleet-2",))
+    offer(f"{DRIVER}=580.200.01-0ubuntu0.24.04.1:transitional=nvidia-driver-590-open",
+          "nvidia-driver-590-open=590.48.01-0ubuntu0.24.04.1", boxes=("fleet-3",))
+    before = {name: packages(name) for name in TWO}
+    done = run_maintain(work / "summary.json", work / "evidence")
+    return done, by_host(work / "summary.json"), before
+
+
+def test_an_update_the_driver_policy_refuses_stops_the_run_before_any_box_changes(refused):
+    done, hosts, before = refused
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "fleet-3: the maintenance is refused before any change, by the driver policy" in output
+    assert "would install nvidia-driver-590-open 590.48.01" in output
+    # fleet-2's update was allowed, but no batch starts while a box is refused.
+    assert (hosts["fleet-2"]["state"], hosts["fleet-3"]["state"]) == ("planned", "not_planned")
+    for name in TWO:
+        assert packages(name) == before[name]
+        assert maintenance_record(name) == {}
+        assert driver(name) == "580.142"
+        assert f"http://{name}:8000" in routed()
 
 
 def by_host(summary: Path) -> dict[str, dict]:
@@ -79,7 +119,7 @@ def by_host(summary: Path) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def broken(tmp_path_factory):
+def broken(refused, tmp_path_factory):
     work = tmp_path_factory.mktemp("maintenance-broken")
     offer(f"{KERNEL}=6.17.0-1008.8~24.04.1:broken")
     before = {name: box(name).check_output(f"dpkg-query -W -f '${{Version}}' {KERNEL}") for name in TWO}
@@ -130,6 +170,10 @@ def repaired(broken, tmp_path_factory):
     work = tmp_path_factory.mktemp("maintenance-repaired")
     offer(f"{KERNEL}=6.17.0-1009.9~24.04.1:ok", f"{DRIVER}={NEW_DRIVER}-0ubuntu0.24.04.1")
     owner_repairs("fleet-2")
+    # fleet-3's firmware: a UEFI capsule device (applied at the next boot) and a newer release on the LVFS.
+    box("fleet-3").check_output(f"simspark-firmware add '{FIRMWARE}' 1.0.2 "
+                                f"&& simspark-firmware offer '{FIRMWARE}' 1.0.3")
+    extra_vars = maintain_vars(work / "killed.json", work / "evidence", maintenance_firmware=True)
     env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_COLLECTIONS_PATH": str(PROJECT / ".ansible" / "collections")}
     started = time.monotonic()
@@ -137,7 +181,7 @@ def repaired(broken, tmp_path_factory):
         # The controller dies (its whole process group, SIGKILL: no rescue, no summary) once fleet-2 recorded that
         # it is updated: its reboot and start are left to the next run.
         with (work / "killed.log").open("w") as log:
-            killed = subprocess.Popen(maintain_command(work / "killed.json", work / "evidence"), env=env, stdout=log,
+            killed = subprocess.Popen(maintain_command(extra_vars), env=env, stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
         try:
             assert eventually(lambda: maintenance_record("fleet-2").get("state") == "updated"
@@ -146,7 +190,7 @@ def repaired(broken, tmp_path_factory):
             os.killpg(killed.pid, signal.SIGKILL)
             killed.wait()
         reached = maintenance_record("fleet-2").get("state")
-        done = run_maintain(work / "summary.json", work / "evidence")
+        done = run_maintain(work / "summary.json", work / "evidence", maintenance_firmware=True)
     return done, by_host(work / "summary.json"), reached, load, work, time.monotonic() - started
 
 
@@ -169,6 +213,24 @@ def test_the_killed_run_is_finished_by_the_next_and_both_boxes_are_back(repaired
     print(f"maintenance of two boxes, killed once and run again: {taken:.0f} s; per box: "
           + ", ".join(f"{name} {hosts[name]['took_s']:.0f} s "
                       f"(out of the gateway {hosts[name]['out_of_service_s']:.0f} s)" for name in TWO))
+
+
+def firmware_version(name: str) -> str | None:
+    devices = json.loads(box(name).run("fwupdmgr get-devices --json").stdout or "{}").get("Devices", [])
+    return next((device.get("Version") for device in devices if device.get("Name") == FIRMWARE), None)
+
+
+def test_the_firmware_update_was_applied_by_the_reboot(repaired):
+    assert firmware_version("fleet-3") == "1.0.3"
+    assert f"firmware {FIRMWARE} 1.0.2 -> 1.0.3" in maintenance_record("fleet-3")["changes"]
+    assert not any("firmware" in change for change in maintenance_record("fleet-2")["changes"])
+
+
+def test_the_gpu_clock_caps_are_in_force_again_after_the_reboot(repaired):
+    # /run is emptied by the reboot: the caps held now were set since it (the unit at boot, or clocks-reapply).
+    held = json.loads(box("fleet-3").check_output(f"cat {HELD_CLOCKS}"))
+    assert list(held.values()) == [{"min_mhz": 600, "max_mhz": 1800}]
+    assert box("fleet-2").run(f"test -e {HELD_CLOCKS}").rc != 0  # no caps set there
 
 
 def test_no_request_through_the_gateway_failed(repaired):
