@@ -36,10 +36,33 @@ base_image() {
     echo "$image"
 }
 
+# The real image's CUDA environment (releases/<version>/image.env: NAME=value lines taken literally, '#'
+# comments) into ENV_ARGS, --build-arg words for CUDA_VERSION and NVIDIA_REQUIRE_CUDA: both required, nothing else.
+image_env_args() {
+    local file=$1 line name cuda="" require=""
+    ENV_ARGS=()
+    [ -f "$file" ] || { log "no $file"; return 1; }
+    while IFS= read -r line || [ -n "$line" ]; do
+        case $line in '' | '#'*) continue ;; esac
+        name=${line%%=*}
+        case $name in
+            CUDA_VERSION) cuda=1 ;;
+            NVIDIA_REQUIRE_CUDA) require=1 ;;
+            *) log "$file: $name is not one of CUDA_VERSION, NVIDIA_REQUIRE_CUDA"; return 1 ;;
+        esac
+        ENV_ARGS+=(--build-arg "$line")
+    done < "$file"
+    if [ -z "$cuda" ] || [ -z "$require" ]; then
+        log "$file: CUDA_VERSION and NVIDIA_REQUIRE_CUDA are both required"
+        return 1
+    fi
+}
+
 build_release() {
     local base=$1 release=$2 key image label=()
+    image_env_args "$here/releases/$release/image.env"
     key=$( (docker image inspect -f '{{.Id}}' "$base"; echo "$release ${IMAGE_TAG_LABEL[$release]:-}"
-            cat "$here/Containerfile" "$here/vllm" "$here/bench_serve.py" \
+            cat "$here/Containerfile" "$here/vllm" "$here/bench_serve.py" "$here/releases/$release/image.env" \
                 "$here/releases/$release/vllm_serve.json" "$here/releases/$release/vllm_bench_serve.json") \
         | sha256sum | cut -c1-12)
     image="$repo/vllm-standin:$key-$release"
@@ -51,7 +74,7 @@ build_release() {
     else
         log "building $image from $base"
         docker build -q -f "$here/Containerfile" --build-arg BASE_IMAGE="$base" --build-arg VLLM_RELEASE="$release" \
-            "${label[@]}" -t "$image" "$here" >/dev/null
+            "${ENV_ARGS[@]}" "${label[@]}" -t "$image" "$here" >/dev/null
     fi
     docker tag "$image" "$repo/vllm-openai:${RELEASE_TAGS[$release]}"
     if [ "$release" = "$STANDIN_RELEASE" ]; then
