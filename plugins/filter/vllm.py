@@ -140,6 +140,35 @@ def vllm_release_of(image: object, label: object = "") -> str:
     return (release_from_label(str(label or "")) if label else None) or release_from_image(str(image or "")) or ""
 
 
+def vllm_image_cuda_check(deployment: object, drivers: object, image_env: object = None) -> dict:
+    """A deployment (image, declared, env, name, host) against the NVIDIA drivers of the boxes that run its image
+    (host -> {driver_version, cuda_version}) -> requires, source, disabled, checked, unknown and refusal ("" when the
+    drivers run it). Before the pull from the reference or the declared version; with the image's Config.Env, from
+    the image."""
+    from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_image_cuda import check
+
+    keys = ("image", "declared", "env", "name", "host")
+    if not isinstance(deployment, dict) or set(keys) - set(deployment) or not isinstance(deployment["env"], dict):
+        raise AnsibleFilterError(f"vllm_image_cuda_check expects the deployment as a dict of {', '.join(keys)} (env: "
+                                 "a dict)")
+    if not isinstance(drivers, dict):
+        raise AnsibleFilterError(f"vllm_image_cuda_check expects the drivers by host (a dict), got "
+                                 f"{type(drivers).__name__}")
+    if image_env is not None and not isinstance(image_env, (list, dict)):
+        raise AnsibleFilterError("vllm_image_cuda_check: image_env must be the image's Config.Env (a list of "
+                                 f"NAME=value), got {type(image_env).__name__}")
+    declared = "" if deployment["declared"] is None else str(deployment["declared"]).strip()
+    return check({**deployment, "declared": declared}, drivers, image_env)
+
+
+def vllm_driver_cuda(table: object) -> dict:
+    """`nvidia-smi`'s table -> {driver_version, cuda_version} from its header (None each when it has none): the CUDA
+    version the driver runs, read as the gpu_facts module reads it."""
+    from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts import parse_smi_header
+
+    return parse_smi_header(table if isinstance(table, str) else "")
+
+
 def vllm_serve_check(argv: object, release: object) -> list[str]:
     """`vllm serve`'s arguments (the model first) -> what the release's own parser would refuse (empty: none)."""
     from ansible_collections.sparkfleet.serving.plugins.plugin_utils.vllm_serve_check import check_serve_argv
@@ -199,6 +228,8 @@ class FilterModule:
             "vllm_recipe": vllm_recipe,
             "vllm_recipe_for_box": vllm_recipe_for_box,
             "vllm_release_of": vllm_release_of,
+            "vllm_image_cuda_check": vllm_image_cuda_check,
+            "vllm_driver_cuda": vllm_driver_cuda,
             "vllm_serve_check": vllm_serve_check,
             "vllm_serve_options": vllm_serve_options,
             "vllm_deployments": vllm_deployments,

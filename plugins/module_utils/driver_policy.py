@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.sparkfleet.serving.plugins.module_utils.cuda_requirement import driver_runs
 from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts import parse_driver_version_file
 from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_requirements import problem
 from ansible_collections.sparkfleet.serving.plugins.module_utils.inputs import InputError, check_version_option
@@ -191,6 +192,16 @@ def cuda_for_branch(branch: str | None) -> str | None:
     return BRANCH_CUDA[branch][0] if branch in BRANCH_CUDA else None
 
 
+def driver_for_cuda(cuda: str) -> str:
+    """The driver that runs an image requiring `cuda`, as a message says it: the oldest known branch whose CUDA is
+    at least that (BRANCH_CUDA), or one newer than every branch known here."""
+    branches = sorted(b for b, (supported, _src) in BRANCH_CUDA.items() if driver_runs(supported, cuda))
+    if branches:
+        return f"a driver that runs CUDA {cuda} (branch {branches[0]} or newer)"
+    newest = max(BRANCH_CUDA)
+    return f"a driver that runs CUDA {cuda} (a branch newer than {newest}, which runs CUDA {BRANCH_CUDA[newest][0]})"
+
+
 def driver_facts(version_text: str | None, version_error: str, packages: list[dict], run_installer: dict) -> dict:
     """What the box runs: the loaded module first (what serves now), the packages when none is loaded."""
     loaded = parse_driver_version_file(version_text) if version_text is not None else {}
@@ -366,11 +377,10 @@ def check_cuda(image_cuda: str, driver: dict, upgrade: dict) -> tuple[list[dict]
             warnings.append(f"{requirement}: no CUDA version known for driver {version or '(none)'} (branches known: "
                             f"{', '.join(sorted(BRANCH_CUDA))}); the image's CUDA {image_cuda} is not checked")
             continue
-        if compare_versions(image_cuda, supported) > 0:
-            branches = sorted(b for b, (cuda, _src) in BRANCH_CUDA.items() if compare_versions(cuda, image_cuda) >= 0)
+        if not driver_runs(supported, image_cuda):
             problems.append(problem(
                 requirement, f"the image needs CUDA {image_cuda}; driver {version} runs CUDA up to {supported}",
-                f"a driver that runs CUDA {image_cuda} (branch {branches[0] if branches else 'newer'} or newer)",
+                driver_for_cuda(image_cuda),
                 f"use an image built for CUDA {supported} or older (for vLLM, a release whose image is built for "
                 f"CUDA {supported}, or its -cu129 variant), or move the pinned branch after checking GB10 support"))
     return problems, warnings

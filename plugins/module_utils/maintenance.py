@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.sparkfleet.serving.plugins.module_utils.cuda_requirement import required_cuda
 from ansible_collections.sparkfleet.serving.plugins.module_utils.driver_policy import BRANCH_CUDA
 from ansible_collections.sparkfleet.serving.plugins.module_utils.gpu_facts import parse_driver_version_file
 
@@ -38,9 +39,6 @@ _INST = re.compile(r"^(?P<verb>Inst|Remv|Purg)\s+(?P<name>\S+)(?:\s+\[(?P<old>[^
 _KEY_VALUE = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$')
 # The kernel and the NVIDIA stack: what a driver or kernel change is told by in the plan and the snapshot.
 _WATCHED = re.compile(r"^(?:linux-(?:image|modules|headers)-|nvidia-|libnvidia-)")
-# NVIDIA's CUDA base images state what their CUDA needs as NVIDIA_REQUIRE_CUDA="cuda>=13.0 brand=..."
-# (gitlab.com/nvidia/container-images/cuda, dist/*/base/Dockerfile); CUDA_VERSION is the toolkit's full version.
-_REQUIRE_CUDA = re.compile(r"\bcuda>=(\d+\.\d+)")
 
 
 def parse_key_values(text: str | None) -> dict[str, str]:
@@ -124,13 +122,8 @@ def driver_snapshot(version_text: str | None) -> dict:
 
 def image_cuda(env: list[str] | None) -> str | None:
     """The CUDA version an image needs, from its environment: NVIDIA_REQUIRE_CUDA's cuda>=X.Y, else CUDA_VERSION's
-    major.minor (what NVIDIA's container runtime checks against the driver)."""
-    values = dict(item.split("=", 1) for item in env or [] if "=" in item)
-    match = _REQUIRE_CUDA.search(values.get("NVIDIA_REQUIRE_CUDA", ""))
-    if match:
-        return match.group(1)
-    version = values.get("CUDA_VERSION", "")
-    return ".".join(version.split(".")[:2]) if re.match(r"^\d+\.\d+", version) else None
+    major.minor (what NVIDIA's container runtime checks against the driver; module_utils/cuda_requirement.py)."""
+    return required_cuda(env)
 
 
 def newest_cuda(versions: list[str | None]) -> str | None:

@@ -27,7 +27,7 @@ PER_DEPLOYMENT = (
     "enforce_eager", "enable_prefix_caching", "reasoning_parser", "tool_call_parser", "enable_auto_tool_choice",
     "text_only", "shm_size", "env", "speculative_config", "draft_model", "draft_model_revision", "extra_env",
     "extra_args", "model_dir", "draft_model_dir", "image", "image_digest", "image_id", "release",
-    "health_timeout", "tensor_parallel_size", "pipeline_parallel_size", "labels",
+    "image_cuda_version", "health_timeout", "tensor_parallel_size", "pipeline_parallel_size", "labels",
     "restart_after_watchdog_stop",
 )
 IDENTITY = ("name", "port", "priority", "state_dir", "known_good_repository", "master_port")

@@ -44,6 +44,25 @@ OPTIMIZATION_LEVELS = {"0", "1", "2", "3"}
 # docker-build-metadata-args.sh, vLLM 0.34.0): v<version>, then variant suffixes such as -cu130 or
 # -aarch64. Nightly and other tags name no release.
 RELEASE_TAG = re.compile(r"^v(\d+\.\d+\.\d+)((?:-(?:cu\d+|aarch64|x86_64|arm64|amd64|ubuntu\d+\.\d+))*)$")
+# A -cuXYZ component of a tag names the CUDA version its image is built for: two digits of major, then one of minor
+# (cu130 is 13.0, cu129 12.9, cu131 13.1, cu118 11.8), as vLLM's variant tags and PyTorch's wheel tags write it; a
+# shorter one (cu12) says no minor version and is not read.
+CUDA_TAG = re.compile(r"(?:^|[-_.])cu(\d{2})(\d)(?=$|[-_.])")
+# The CUDA version of the image family each supported release publishes without a -cuXYZ suffix (v<version> and its
+# per-arch v<version>-aarch64 and -x86_64), with where its sdist says so; the CUDA check reads it before a pull
+# (plugin_utils/vllm_image_cuda.py), so a release added to vllm_releases.py needs its line here
+# (tests/unit/plugins/plugin_utils/test_vllm_image_cuda.py).
+UNSUFFIXED_CUDA = {
+    # Its release images are built with CUDA_VERSION=12.9.1 and tagged <commit>-$(uname -m)
+    # (.buildkite/release-pipeline.yaml, lines 104-124, "Build release image - x86_64 / aarch64 - CUDA 12.9"), then
+    # published as v0.19.1-x86_64, v0.19.1-aarch64 and their manifest v0.19.1; the CUDA 13.0 build is the -cu130
+    # family (.buildkite/scripts/annotate-release.sh, lines 47-69, 103 and 109).
+    "0.19.1": ("12.9", ".buildkite/release-pipeline.yaml, lines 104-124, and .buildkite/scripts/annotate-release.sh, "
+                       "lines 47-63 and 103, in the vLLM 0.19.1 sdist"),
+    # "CUDA (default: 13.0)" publishes the family with the suffix "" (publish_image_family, lines 27-54).
+    "0.34.0": ("13.0", ".buildkite/scripts/publish-release-images.sh, lines 27-54 and 98-101, in the vLLM 0.34.0 "
+                       "sdist"),
+}
 
 # Options whose value must name an entry of a registry: option's dest -> (registry, what it is).
 REGISTRY_OPTIONS = {
@@ -73,6 +92,30 @@ def release_from_image(ref: str) -> str | None:
         return None
     match = RELEASE_TAG.match(tag)
     return match.group(1) if match else None
+
+
+def image_tag(ref: str) -> str:
+    """The tag of an image reference ("" for none: a repository alone, or a digest alone); a registry's host:port
+    is no tag."""
+    name = str(ref).partition("@")[0]
+    _repository, colon, tag = name.rpartition(":")
+    return tag if colon and "/" not in tag else ""
+
+
+def cuda_from_image(ref: str) -> tuple[str, str] | None:
+    """The CUDA version an image reference says its image is built for, and what says it: a -cuXYZ component of its
+    tag (any repository's), else, for a vllm/vllm-openai release tag without one, the CUDA of that release's
+    unsuffixed family (UNSUFFIXED_CUDA). None when the reference says nothing: a local build's tag, latest or a
+    nightly, a digest alone, or a release this collection has no line for."""
+    tag = image_tag(ref)
+    suffix = CUDA_TAG.search(tag)
+    if suffix:
+        return f"{suffix.group(1)}.{suffix.group(2)}", f"the -cu{suffix.group(1)}{suffix.group(2)} of its tag"
+    release = release_from_image(ref)
+    if release in UNSUFFIXED_CUDA:
+        cuda, where = UNSUFFIXED_CUDA[release]
+        return cuda, f"vLLM {release}'s tags without a -cuXYZ suffix are its CUDA {cuda} build: {where}"
+    return None
 
 
 def release_from_label(tag_label: str) -> str | None:

@@ -118,3 +118,12 @@ def test_admission_without_a_watchdog_counts_all_of_memtotal() -> None:
     result = planner.admission([_plan("chat", 100)], int(110 * GIB), None, 6 * GIB, 2 * GIB)
     assert result["fits"]
     assert "MemTotal less" in result["table"]
+
+
+def test_a_deployment_declares_the_cuda_its_image_requires() -> None:
+    """Each deployment runs its own image: the CUDA check reads each one's image_cuda_version."""
+    result = planner.resolve([{"name": "chat", "port": 8000, "image": "registry.example:5000/team/vllm:dev",
+                               "image_cuda_version": "13.0"}, {"name": "coder", "port": 8001}], BASE)
+    assert result["errors"] == []
+    assert [item["settings"] for item in result["deployments"]] == [
+        {"image": "registry.example:5000/team/vllm:dev", "image_cuda_version": "13.0"}, {}]
