@@ -140,7 +140,8 @@ def refusal(deployment: Mapping[str, Any], found: tuple[str, str], short: Mappin
             f"(nvidia-smi's \"CUDA Version\"{members}): NVIDIA's container runtime refuses it (\""
             f"{RUNTIME_REFUSAL.format(cuda=cuda)}\"), or, where the image lists its driver branch as a brand= "
             "alternative, starts it on CUDA forward compatibility, which NVIDIA supports on data-center GPUs only "
-            "(https://docs.nvidia.com/deploy/cuda-compatibility/). Expected: an image that requires CUDA {oldest} or older, or "
+            "(https://docs.nvidia.com/deploy/cuda-compatibility/). "
+            f"Expected: an image that requires CUDA {oldest} or older, or "
             f"{driver_for_cuda(cuda)}. Fix: {fix}. {end}")
 
 

@@ -81,8 +81,10 @@ def test_an_image_built_for_a_newer_cuda_is_refused_before_the_pull():
     assert result["refusal"] == (
         "spark-01: deployment vllm's image vllm/vllm-openai:v0.34.0-cu131 requires CUDA 13.1 (the -cu131 of its tag), "
         "but spark-01's NVIDIA driver 580.142 runs CUDA up to 13.0 (nvidia-smi's \"CUDA Version\"): NVIDIA's "
-        "container runtime would refuse to start it (\"requirement error: unsatisfied condition: cuda>=13.1, please "
-        "update your driver to a newer version, or use an earlier cuda container\"). Expected: an image that requires "
+        "container runtime refuses it (\"requirement error: unsatisfied condition: cuda>=13.1, please update your "
+        "driver to a newer version, or use an earlier cuda container\"), or, where the image lists its driver branch "
+        "as a brand= alternative, starts it on CUDA forward compatibility, which NVIDIA supports on data-center GPUs "
+        "only (https://docs.nvidia.com/deploy/cuda-compatibility/). Expected: an image that requires "
         "CUDA 13.0 or older, or a driver that runs CUDA 13.1 (branch 590 or newer). Fix: set vllm_image to "
         "vllm/vllm-openai:v0.34.0 (vLLM 0.34.0's CUDA 13.0 build), or move spark-01 to such a driver; if the "
         "reference is wrong about the image, set vllm_image_cuda_version to the CUDA it requires. Nothing was pulled "
