@@ -143,7 +143,7 @@ def test_cuda_version_is_what_the_release_pipeline_builds_the_cuda_13_image_with
     # Each "Build release image - <arch> - CUDA 13.0" step (the image the supported tag names) and its build args.
     steps = re.findall(r'- label: "Build release image - (x86_64|aarch64) - CUDA 13\.0"\n(.*?)(?=\n\s*- label:|\Z)',
                        pipeline, re.DOTALL)
-    assert {arch for arch, _ in steps} == {"x86_64", "aarch64"}
+    assert {step[0] for step in steps} == {"x86_64", "aarch64"}
     for _arch, body in steps:
         assert re.findall(r"CUDA_VERSION=(\S+)", body) == [image_env(release)["CUDA_VERSION"]]
         assert "FINAL_BASE_IMAGE" not in body  # the Dockerfile's nvidia/cuda:${CUDA_VERSION}-base-ubuntu... stays
