@@ -95,12 +95,14 @@ def refused(tmp_path_factory):
     offer(f"{DRIVER}=580.200.01-0ubuntu0.24.04.1:transitional=nvidia-driver-590-open",
           "nvidia-driver-590-open=590.48.01-0ubuntu0.24.04.1", boxes=("fleet-3",))
     before = {name: packages(name) for name in TWO}
+    # The rotation as the earlier tests left it (the router may still be re-admitting a box they restarted).
+    rotation = set(routed())
     done = run_maintain(work / "summary.json", work / "evidence")
-    return done, by_host(work / "summary.json"), before
+    return done, by_host(work / "summary.json"), before, rotation
 
 
 def test_an_update_the_driver_policy_refuses_stops_the_run_before_any_box_changes(refused):
-    done, hosts, before = refused
+    done, hosts, before, rotation = refused
     output = done.stdout + done.stderr
     assert done.returncode != 0
     assert "fleet-3: the maintenance is refused before any change, by the driver policy" in output
@@ -111,7 +113,8 @@ def test_an_update_the_driver_policy_refuses_stops_the_run_before_any_box_change
         assert packages(name) == before[name]
         assert maintenance_record(name) == {}
         assert driver(name) == "580.142"
-        assert f"http://{name}:8000" in routed()
+    # No box was drained: every box the gateway routed to before the run, it still routes to.
+    assert rotation <= set(routed()), (rotation, routed())
 
 
 def by_host(summary: Path) -> dict[str, dict]:
