@@ -9,8 +9,8 @@ the container, Docker starts it again: molecule/resources/create.yml). What the 
 packages (simspark-boot-driver), so the driver a box runs changes only with its reboot.
 
 0. An update the driver policy refuses: fleet-3's mirror offers a new nvidia-driver-580-open that is a transitional
-   package pulling in the 590 branch (fleet-2's, a good driver). Phase 1 refuses fleet-3 with the reason; no box is
-   changed, fleet-2 included.
+   package pulling in the 590 branch (fleet-2's, a good driver), and fleet-3 also has the uninstaller NVIDIA's .run
+   installer leaves. Phase 1 refuses fleet-3 with both reasons; no box is changed, fleet-2 included.
 1. A kernel after which the NVIDIA module does not load (DGX OS 7.4.0's story): the driver policy cannot foresee it.
    fleet-2, the canary, is updated and rebooted, its vLLM cannot start (the container runtime's hook: "nvml error:
    driver not loaded"), so it fails its gate and stays out of the gateway; the run stops before fleet-3's batch.
@@ -50,6 +50,8 @@ NEW_DRIVER = "580.159.03"
 FIRMWARE = "System Firmware"
 # The stand-in nvidia-smi's driver state (tests/testbed/standins/bin/nvidia-smi): under /run, a tmpfs a reboot empties.
 HELD_CLOCKS = "/run/sparkfleet-sim/gpu-clocks.json"
+# What NVIDIA's .run installer leaves on a box (the driver policy's evidence, plugins/module_utils/driver_policy.py).
+RUN_UNINSTALLER = "/usr/bin/nvidia-uninstall"
 
 
 def offer(*packages: str, boxes: tuple[str, ...] = TWO) -> None:
@@ -97,7 +99,12 @@ def refused(tmp_path_factory):
     before = {name: packages(name) for name in TWO}
     # The rotation as the earlier tests left it (the router may still be re-admitting a box they restarted).
     rotation = set(routed())
-    done = run_maintain(work / "summary.json", work / "evidence")
+    # A .run driver's trace on fleet-3 for this run only: an executable file where the installer puts its uninstaller.
+    box("fleet-3").check_output(f"printf '#!/bin/sh\\nexit 1\\n' > {RUN_UNINSTALLER} && chmod 755 {RUN_UNINSTALLER}")
+    try:
+        done = run_maintain(work / "summary.json", work / "evidence")
+    finally:
+        box("fleet-3").check_output(f"rm -f {RUN_UNINSTALLER}")
     return done, by_host(work / "summary.json"), before, rotation
 
 
@@ -107,6 +114,7 @@ def test_an_update_the_driver_policy_refuses_stops_the_run_before_any_box_change
     assert done.returncode != 0
     assert "fleet-3: the maintenance is refused before any change, by the driver policy" in output
     assert "would install nvidia-driver-590-open 590.48.01" in output
+    assert f"Driver installed by NVIDIA's .run installer: found {RUN_UNINSTALLER} present" in output
     # fleet-2's update was allowed, but no batch starts while a box is refused.
     assert (hosts["fleet-2"]["state"], hosts["fleet-3"]["state"]) == ("planned", "not_planned")
     for name in TWO:
