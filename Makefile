@@ -95,10 +95,10 @@ images:
 # lanes fit on two cores; each scenario's boxes, networks and hub have names of their own.
 # The lanes are balanced by the scenarios' times in CI (each lane line of its log has the time):
 # longest first, each to the lane that would end sooner, then the small ones swapped for the closest sums.
-# A clean clone with the test-bed images removed, both lanes running (benchmarks/README.md): fleet 2402 s
-# (several deployments across the boxes, the rolling maintenance), cluster 1742 (three boxes) and about
-# 140 more with its maintenance, vllm 849 (every one-box recipe, two deployments on the box), model 235,
-# docker_runtime 167, firewall 161, watchdog 133 (two deployments), preflight 105.
+# A clean clone with the test-bed images removed, both lanes running (benchmarks/README.md): fleet 2160 s
+# (several deployments across the boxes, the rolling maintenance), cluster 1668 (three boxes, their
+# maintenance), vllm 785 (every one-box recipe, two deployments on the box), model 225, docker_runtime 148,
+# firewall 147, watchdog 133 (two deployments), preflight 95: lanes of 2680 and 2681 s.
 # A scenario in neither lane stops the run: none may be left out by accident.
 MOLECULE_LANE_1 ?= fleet model docker_runtime firewall
 MOLECULE_LANE_2 ?= cluster vllm watchdog preflight
