@@ -17,10 +17,10 @@ import pytest
 import test_cluster
 from spark_testinfra import PROJECT, eventually, run_playbook
 from test_cluster import HEAD, LINK, box, inspect
+from test_link import cx7
 
 MAINTAIN = PROJECT / "playbooks" / "maintain.yml"
 RECORD = "/var/lib/sparkfleet/maintenance.json"
-LINK_PORT = "enp1s0f1np1"
 
 
 def answers() -> bool:
@@ -33,7 +33,7 @@ def boot_of(name: str) -> str:
 
 
 def link_of(name: str) -> tuple[int, list[str]]:
-    link = json.loads(box(name).check_output(f"ip -j addr show dev {LINK_PORT}"))[0]
+    link = cx7(name)
     return link["mtu"], [a["local"] for a in link.get("addr_info", []) if a.get("family") == "inet"]
 
 
